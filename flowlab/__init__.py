@@ -1,0 +1,27 @@
+"""flowlab: learn and try out distributed deep learning from a notebook.
+
+>>> import flowlab as fl
+>>> x = fl.constant([1.0, 2.0, 3.0])
+>>> with fl.GradientTape() as tape:
+...     tape.watch(x)
+...     y = fl.reduce_sum(x * x)
+>>> tape.gradient(y, x).numpy().tolist()
+[2.0, 4.0, 6.0]
+"""
+from . import errors  # noqa: F401
+from .core import config, random  # noqa: F401
+from .core.dtypes import (DType, as_dtype, bool_, float16, float32, float64, int8, int16,  # noqa: F401
+                          int32, int64, uint8)
+from .core.errors import InvalidArgumentError  # noqa: F401
+from .core.ops import *  # noqa: F401,F403
+from .core.shape import TensorShape  # noqa: F401
+from .core.tape import GradientTape, UnconnectedGradients  # noqa: F401
+from .core.tensor import Tensor, Variable, constant, convert_to_tensor, is_tensor  # noqa: F401
+from .nn import optimizers  # noqa: F401
+from . import nn  # noqa: F401
+
+bool = bool_  # noqa: A001 - ``fl.bool`` as ``tf.bool``; Python's bool is untouched outside this namespace
+
+__version__ = "0.1.0"
+
+config._apply_default()

@@ -1,0 +1,54 @@
+"""Errors that name the op, the shapes and dtypes involved, and the user's own source line."""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+
+__all__ = ["OpError", "InvalidArgumentError", "user_frame", "describe"]
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../flowlab
+
+
+class OpError(Exception):
+    """Base of errors raised while running an op. Attributes: ``op``, ``source`` ("file:line")."""
+
+    def __init__(self, message: str, op: str | None = None, source: str | None = None):
+        super().__init__(message)
+        self.op = op
+        self.source = source
+
+
+class InvalidArgumentError(OpError, ValueError):
+    """An op got inputs it cannot compute with: mismatched shapes or dtypes, bad indices or attributes."""
+
+
+def user_frame(skip_dirs=(_PKG_DIR,)):
+    """The innermost stack frame that is not flowlab's (nor numpy's): where the user called us."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(skip_dirs) and "/numpy/" not in fn and not fn.startswith("<frozen"):
+            return f
+        f = f.f_back
+    return None
+
+
+def source_line(frame=None) -> str | None:
+    """'file:line: code' for the user's frame, or None when there is no such frame."""
+    frame = frame or user_frame()
+    if frame is None:
+        return None
+    fn, line = frame.f_code.co_filename, frame.f_lineno
+    code = linecache.getline(fn, line, frame.f_globals).strip()
+    return f"{fn}:{line}: {code}" if code else f"{fn}:{line}"
+
+
+def describe(value) -> str:
+    """'float32[3,4]' for anything with a shape and dtype (tensors, arrays, specs)."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is None:
+        return f"{type(value).__name__} {value!r}"
+    name = getattr(dtype, "name", str(dtype))
+    return f"{name}[{','.join('?' if d is None else str(d) for d in shape)}]"

@@ -1,0 +1,265 @@
+"""The op table and the one function that runs an op: ``execute``.
+
+Every op is an ``OpDef``: its name, a kernel over backend arrays, a shape rule over specs (used
+to build graphs and to explain errors), and a gradient rule written with flowlab ops (so gradients
+of gradients work). ``execute`` is the only way an op runs. In eager mode it runs the kernel now
+and lets every recording tape see the result; while a graph is being built it adds a node instead.
+
+For the common case (plain eager tensors on the default device, no tape, no graph, no device
+scope anywhere in the process) ``unary``/``binary`` build functions that skip straight to the
+kernel; any exception there re-runs the op through ``execute`` to raise a proper error.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._context import ACTIVE, state
+from .errors import InvalidArgumentError, describe, source_line
+from .tensor import Tensor, _python_array
+
+__all__ = ["OpDef", "defop", "execute", "get_op", "list_ops", "unary", "binary", "reflected"]
+
+_new = object.__new__
+_OPS: dict[str, "OpDef"] = {}
+NO_ATTRS: dict = {}
+
+
+class OpDef:
+    """One op: ``kernel(*arrays, **attrs) -> array``; ``shape_rule(*specs, **attrs) -> (shape, dtype)``;
+    ``grad(call, g) -> tuple of input gradients`` (None for no gradient). ``same_dtype``: input
+    positions (or "all") that must share a dtype; Python values there take that dtype."""
+
+    __slots__ = ("name", "kernel", "shape_rule", "grad", "same_dtype", "kernels", "doc")
+
+    def __init__(self, name, kernel, shape_rule, grad=None, same_dtype=(), doc=""):
+        self.name, self.kernel, self.shape_rule, self.grad = name, kernel, shape_rule, grad
+        self.same_dtype, self.kernels, self.doc = same_dtype, {}, doc
+
+    def __repr__(self):
+        return f"<op {self.name}>"
+
+
+def defop(name, kernel, shape_rule, grad=None, same_dtype=(), doc="") -> OpDef:
+    """Add an op to the table (one entry per op; the name must be new)."""
+    if name in _OPS:
+        raise ValueError(f"op {name!r} is already defined")
+    op = _OPS[name] = OpDef(name, kernel, shape_rule, grad, same_dtype, doc)
+    return op
+
+
+def get_op(name: str) -> OpDef:
+    return _OPS[name]
+
+
+def list_ops() -> list[str]:
+    return sorted(_OPS)
+
+
+class Call:
+    """What a gradient rule sees of the forward op: inputs, attrs, output, and which inputs need
+    a gradient (a rule may skip the others)."""
+
+    __slots__ = ("inputs", "attrs", "output", "needs")
+
+    def __init__(self, inputs, attrs, output, needs):
+        self.inputs, self.attrs, self.output, self.needs = inputs, attrs, output, needs
+
+
+# -- the one dispatch ------------------------------------------------------------------------
+def execute(op: OpDef, inputs, attrs=NO_ATTRS):
+    """Run ``op`` on ``inputs`` (tensors or values convertible to tensors) with ``attrs``."""
+    st = state()
+    if st.graph is not None:
+        return st.graph.add_node(op, inputs, attrs)
+    device = None
+    for x in inputs:
+        if not isinstance(x, Tensor):
+            inputs = _prepare(op, inputs)
+            break
+        if x._device is not None:
+            device = x._device
+    else:
+        if op.same_dtype and len(inputs) > 1:
+            _check_dtypes(op, inputs)
+    if st.device_stack:
+        device = st.device_stack[-1].resolve_eager(_first_device(inputs))
+    kernel = op.kernel if device is None else _backend_kernel(op, device)
+    try:
+        value = kernel(*[t._value for t in inputs], **attrs)
+    except Exception as e:  # noqa: BLE001 - every kernel failure becomes an error naming the op
+        raise explain(op, inputs, attrs, e) from None
+    out = _new(Tensor)
+    out._value = value
+    out._device = device
+    if st.hooks:
+        for hook in st.hooks:
+            hook(op, inputs, attrs, out)
+    if st.tapes:
+        for tape in st.tapes:
+            tape._record(op, inputs, attrs, out)
+    return out
+
+
+def _check_dtypes(op, tensors):
+    group = op.same_dtype
+    first = tensors[0 if group == "all" else group[0]]._value.dtype
+    for i in (range(1, len(tensors)) if group == "all" else group[1:]):
+        if tensors[i]._value.dtype is not first and tensors[i]._value.dtype != first:
+            _prepare(op, tensors)   # raises the error that names the dtypes
+
+
+def _first_device(tensors):
+    for t in tensors:
+        if t._device is not None:
+            return t._device
+    return None
+
+
+def _prepare(op, inputs):
+    """Convert inputs to tensors; inputs in ``op.same_dtype`` must agree (Python values adopt it)."""
+    group = range(len(inputs)) if op.same_dtype == "all" else op.same_dtype
+    dtype = None
+    for i in group:
+        x = inputs[i]
+        if isinstance(x, Tensor):
+            if dtype is None:
+                dtype = x._value.dtype
+            elif x._value.dtype != dtype:
+                raise InvalidArgumentError(
+                    f"{op.name}: inputs must have the same dtype, got "
+                    f"{', '.join(describe(v) for v in inputs if isinstance(v, Tensor))}; "
+                    f"use fl.cast to convert one of them\n  at {source_line()}", op=op.name)
+    out = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, Tensor):
+            out.append(x)
+            continue
+        try:
+            if dtype is not None and i in group and x.__class__ in _SCALARS:
+                out.append(Tensor(_scalar(x, dtype)))
+            elif isinstance(x, (np.ndarray, np.generic)):
+                out.append(Tensor(np.asarray(x) if dtype is None or i not in group else _numpy_to(x, dtype)))
+            else:
+                out.append(Tensor(_python_array(x, dtype if i in group else None)))
+        except TypeError as e:
+            raise InvalidArgumentError(f"{op.name}: input {i}: {e}\n  at {source_line()}", op=op.name) from None
+    return out
+
+
+_SCALARS = (float, int, bool)
+
+
+def _scalar(x, dtype):
+    """A Python number as a 0-d array of the partner tensor's dtype (never truncating a float)."""
+    if dtype.kind in "iub" and x.__class__ is float and not x.is_integer():
+        raise TypeError(f"cannot convert {x!r} to a tensor of dtype {dtype.name} without losing the fractional part")
+    if dtype.kind == "b" and x.__class__ is not bool:
+        raise TypeError(f"cannot combine the number {x!r} with a bool tensor; use fl.cast first")
+    return np.array(x, dtype)
+
+
+def _numpy_to(x, dtype):
+    x = np.asarray(x)
+    if x.dtype != dtype:
+        raise InvalidArgumentError(f"inputs must have the same dtype, got a numpy {x.dtype} array next to a "
+                                   f"{np.dtype(dtype).name} tensor; use fl.cast or .astype to convert")
+    return x
+
+
+def _place(st, tensors):
+    """The device an eager op runs on: None is the default CPU. Device scopes come with placement."""
+    device = _first_device(tensors)
+    if st.device_stack:
+        device = st.device_stack[-1].resolve_eager(device)
+    return device
+
+
+def _backend_kernel(op, device):
+    from .backends import backend_for_device
+    return backend_for_device(device).kernel(op)
+
+
+def explain(op, tensors, attrs, error) -> InvalidArgumentError:
+    """Turn a kernel failure into an error that names the op, its inputs and the user's line."""
+    reason = None
+    try:
+        op.shape_rule(*tensors, **attrs)
+    except InvalidArgumentError as e:
+        reason = str(e)
+    except Exception:  # noqa: BLE001 - the shape rule is only asked for a better message
+        pass
+    if reason is None:
+        reason = f"{type(error).__name__}: {error}"
+    args = ", ".join(describe(t) for t in tensors)
+    shown = {k: v for k, v in attrs.items() if not isinstance(v, np.ndarray)}
+    where = source_line()
+    return InvalidArgumentError(
+        f"{op.name}: {reason}\n  inputs: {args}" + (f"\n  attrs: {shown}" if shown else "") +
+        (f"\n  at {where}" if where else ""), op=op.name, source=where)
+
+
+# -- fast eager paths -------------------------------------------------------------------------
+def unary(op: OpDef):
+    """The public function for a one-input op with no attributes: ``f(x)``."""
+    kernel = op.kernel
+
+    def fn(x, name=None):
+        if not ACTIVE.count and x.__class__ is Tensor and x._device is None:
+            try:
+                out = _new(Tensor)
+                out._value = kernel(x._value)
+                out._device = None
+                return out
+            except Exception:  # noqa: BLE001 - fall through to execute(), which explains it
+                pass
+        return execute(op, (x,))
+
+    fn.__name__ = fn.__qualname__ = op.name
+    fn.__doc__ = op.doc
+    return fn
+
+
+def binary(op: OpDef):
+    """The public function for a two-input op with no attributes: ``f(x, y)``; also ``x.__op__(y)``.
+    A Python float (int) next to a float (number) tensor takes the tensor's dtype, as in TensorFlow."""
+    kernel = op.kernel
+
+    def fn(x, y, name=None):
+        if not ACTIVE.count:
+            xc = x.__class__
+            yc = y.__class__
+            if xc is Tensor and x._device is None:
+                a = x._value
+                if yc is Tensor and y._device is None:
+                    b = y._value
+                    ok = a.dtype is b.dtype
+                else:
+                    b = y
+                    ok = (yc is float and a.dtype.kind == "f") or (yc is int and a.dtype.kind in "fiu")
+            elif yc is Tensor and y._device is None:
+                a = x
+                b = y._value
+                ok = (xc is float and b.dtype.kind == "f") or (xc is int and b.dtype.kind in "fiu")
+            else:
+                ok = False
+            if ok:
+                try:
+                    # NOTE: relies on NumPy 2 (NEP 50): a Python scalar never changes the array's dtype
+                    out = _new(Tensor)
+                    out._value = kernel(a, b)
+                    out._device = None
+                    return out
+                except Exception:  # noqa: BLE001 - fall through to execute(), which explains it
+                    pass
+        return execute(op, (x, y))
+
+    fn.__name__ = fn.__qualname__ = op.name
+    fn.__doc__ = op.doc
+    return fn
+
+
+def reflected(fn):
+    """``x.__rop__(y)`` calls ``fn(y, x)``."""
+    def rfn(x, y):
+        return fn(y, x)
+    return rfn

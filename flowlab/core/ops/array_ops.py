@@ -1,0 +1,400 @@
+"""Shape manipulation, indexing, gathering and tensor creation."""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from .. import dtypes
+from ..execute import defop, execute, unary
+from ..tensor import Tensor, _python_array, convert_to_tensor
+from . import _rules as R
+from . import reduction_ops
+
+_builtin_slice = builtins.slice  # NOTE: this module defines fl.slice, which shadows the builtin
+
+
+def _ints(shape):
+    if isinstance(shape, Tensor):
+        shape = shape.numpy().tolist()
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(int(d) for d in shape)
+
+
+def unbroadcast(g, shape):
+    """Sum a broadcast gradient back down to ``shape`` (the shape of the input it flowed from)."""
+    gshape = R.shape_of(g)
+    if gshape == shape:
+        return g
+    lead = len(gshape) - len(shape)
+    axes = tuple(builtins.range(lead)) + tuple(
+        lead + i for i, d in enumerate(shape) if d == 1 and gshape[lead + i] != 1)
+    if axes:
+        g = reduction_ops.reduce_sum(g, axis=axes)
+    return reshape(g, shape) if R.shape_of(g) != shape else g
+
+
+# -- reshape, broadcast_to, transpose, expand_dims, squeeze -----------------------------------
+def _reshape_rule(x, shape):
+    xshape, dtype = R.spec(x)
+    known = [d for d in shape if d != -1]
+    if builtins.sum(1 for d in shape if d == -1) > 1:
+        R.fail(f"at most one dimension may be -1, got {shape}")
+    n = int(np.prod(xshape)) if None not in xshape else None
+    if n is not None:
+        k = int(np.prod(known))
+        if (-1 in shape and (k == 0 or n % k)) or (-1 not in shape and k != n):
+            R.fail(f"cannot reshape a tensor of shape {tuple(xshape)} ({n} elements) into shape {tuple(shape)}")
+        return tuple(n // k if d == -1 else d for d in shape), dtype
+    return tuple(None if d == -1 else d for d in shape), dtype
+
+
+_reshape_op = defop("reshape", lambda x, shape: np.reshape(x, shape), _reshape_rule,
+                    lambda c, g: (reshape(g, R.shape_of(c.inputs[0])),))
+
+
+def reshape(tensor, shape, name=None):
+    """The same elements in a new shape; one dimension may be -1 (inferred).
+
+    >>> import flowlab as fl
+    >>> fl.reshape(fl.range(6), [2, -1]).shape
+    TensorShape([2, 3])
+    """
+    return execute(_reshape_op, (tensor,), {"shape": _ints(shape)})
+
+
+def _broadcast_to_rule(x, shape):
+    xshape, dtype = R.spec(x)
+    out = R.broadcast_shapes(xshape, shape)
+    if tuple(out) != tuple(shape):
+        R.fail(f"cannot broadcast shape {tuple(xshape)} to {tuple(shape)}")
+    return out, dtype
+
+
+_broadcast_to_op = defop("broadcast_to", lambda x, shape: np.broadcast_to(x, shape), _broadcast_to_rule,
+                         lambda c, g: (unbroadcast(g, R.shape_of(c.inputs[0])),))
+
+
+def broadcast_to(input, shape, name=None):  # noqa: A002 - TF's signature
+    """Repeat ``input`` along size-1 (or missing leading) axes to reach ``shape``."""
+    return execute(_broadcast_to_op, (input,), {"shape": _ints(shape)})
+
+
+def _transpose_rule(x, perm):
+    shape, dtype = R.spec(x)
+    if sorted(perm) != list(builtins.range(len(shape))):
+        R.fail(f"perm {list(perm)} is not a permutation of the {len(shape)} axes of shape {tuple(shape)}")
+    return tuple(shape[p] for p in perm), dtype
+
+
+_transpose_op = defop("transpose", lambda x, perm: np.transpose(x, perm), _transpose_rule,
+                      lambda c, g: (transpose(g, tuple(np.argsort(c.attrs["perm"]).tolist())),))
+
+
+def transpose(a, perm=None, name=None):
+    """Permute the axes (reverse them when ``perm`` is None)."""
+    if perm is None:
+        perm = tuple(builtins.range(len(R.shape_of(convert_to_tensor(a))) - 1, -1, -1))
+    return execute(_transpose_op, (a,), {"perm": _ints(perm)})
+
+
+def _expand_rule(x, axis):
+    shape, dtype = R.spec(x)
+    a = R.norm_axis(axis, len(shape) + 1)
+    return shape[:a] + (1,) + shape[a:], dtype
+
+
+_expand_op = defop("expand_dims", lambda x, axis: np.expand_dims(x, axis), _expand_rule,
+                   lambda c, g: (reshape(g, R.shape_of(c.inputs[0])),))
+
+
+def expand_dims(input, axis, name=None):  # noqa: A002 - TF's signature
+    """Insert a size-1 axis at ``axis``."""
+    return execute(_expand_op, (input,), {"axis": int(axis)})
+
+
+def _squeeze_rule(x, axis):
+    shape, dtype = R.spec(x)
+    axes = {R.norm_axis(a, len(shape)) for a in axis} if axis is not None else {
+        i for i, d in enumerate(shape) if d == 1}
+    for a in axes:
+        if shape[a] not in (1, None):
+            R.fail(f"cannot squeeze axis {a} of shape {tuple(shape)}: its size is {shape[a]}, not 1")
+    return tuple(d for i, d in enumerate(shape) if i not in axes), dtype
+
+
+_squeeze_op = defop("squeeze", lambda x, axis: np.squeeze(x, axis), _squeeze_rule,
+                    lambda c, g: (reshape(g, R.shape_of(c.inputs[0])),))
+
+
+def squeeze(input, axis=None, name=None):  # noqa: A002 - TF's signature
+    """Remove size-1 axes (all of them, or those in ``axis``)."""
+    return execute(_squeeze_op, (input,), {"axis": None if axis is None else _ints(axis)})
+
+
+identity = unary(defop("identity", lambda x: x, R.same, lambda c, g: (g,), doc="The same values."))
+stop_gradient = unary(defop("stop_gradient", lambda x: x, R.same, None,
+                            doc="The same values, but gradients do not flow through it."))
+
+
+# -- concat and stack (any number of inputs) ---------------------------------------------------
+def _concat_rule(*xs, axis):
+    specs = [R.spec(x) for x in xs]
+    rank = len(specs[0][0])
+    a = R.norm_axis(axis, rank)
+    for s, d in specs:
+        if d != specs[0][1]:
+            R.fail(f"inputs must have the same dtype, got {', '.join(d.name for _, d in specs)}")
+        if len(s) != rank or any(s[i] != specs[0][0][i] for i in builtins.range(rank) if i != a):
+            R.fail(f"shapes must match except along axis {axis}, got {', '.join(str(tuple(s)) for s, _ in specs)}")
+    sizes = [s[a] for s, _ in specs]
+    total = None if None in sizes else builtins.sum(sizes)
+    return specs[0][0][:a] + (total,) + specs[0][0][a + 1:], specs[0][1]
+
+
+def _concat_grad(c, g):
+    a = R.norm_axis(c.attrs["axis"], len(R.shape_of(g)))
+    out, start = [], 0
+    for x in c.inputs:
+        n = R.shape_of(x)[a]
+        out.append(g[(_builtin_slice(None),) * a + (_builtin_slice(start, start + n),)])
+        start += n
+    return tuple(out)
+
+
+_concat_op = defop("concat", lambda *xs, axis: np.concatenate(xs, axis), _concat_rule, _concat_grad,
+                   same_dtype="all")
+
+
+def concat(values, axis, name=None):
+    """Join tensors along an existing axis."""
+    values = list(values)
+    if not values:
+        raise ValueError("concat needs at least one tensor")
+    return execute(_concat_op, values, {"axis": int(axis)})
+
+
+def _stack_rule(*xs, axis):
+    specs = [R.spec(x) for x in xs]
+    for s, d in specs:
+        if tuple(s) != tuple(specs[0][0]) or d != specs[0][1]:
+            R.fail(f"all inputs must have the same shape and dtype, got "
+                   f"{', '.join(f'{d.name}{list(s)}' for s, d in specs)}")
+    a = R.norm_axis(axis, len(specs[0][0]) + 1)
+    return specs[0][0][:a] + (len(xs),) + specs[0][0][a:], specs[0][1]
+
+
+def _stack_grad(c, g):
+    a = R.norm_axis(c.attrs["axis"], len(R.shape_of(g)))
+    return tuple(g[(_builtin_slice(None),) * a + (i,)] for i in builtins.range(len(c.inputs)))
+
+
+_stack_op = defop("stack", lambda *xs, axis: np.stack(xs, axis), _stack_rule, _stack_grad, same_dtype="all")
+
+
+def stack(values, axis=0, name=None):
+    """Join same-shaped tensors along a new axis."""
+    values = list(values)
+    if not values:
+        raise ValueError("stack needs at least one tensor")
+    return execute(_stack_op, values, {"axis": int(axis)})
+
+
+def unstack(value, axis=0, name=None):
+    """Split along ``axis`` into a list of tensors, one per index."""
+    value = convert_to_tensor(value)
+    a = R.norm_axis(axis, value.ndim)
+    return [value[(_builtin_slice(None),) * a + (i,)] for i in builtins.range(R.shape_of(value)[a])]
+
+
+# -- indexing: x[key], slice, gather ----------------------------------------------------------
+def _normalize_key(key):
+    """A tuple of ints, slices, None, Ellipsis and int/bool numpy arrays (advanced indexing)."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    out = []
+    for k in key:
+        if isinstance(k, Tensor):
+            k = k.numpy()
+            if k.ndim == 0 and k.dtype.kind in "iu":
+                k = int(k)
+        if isinstance(k, (list, np.ndarray)):
+            k = np.asarray(k)
+            if k.dtype.kind not in "iub":
+                raise TypeError(f"index arrays must hold integers or booleans, got {k.dtype}")
+        elif isinstance(k, np.integer):
+            k = int(k)
+        elif not (k is None or k is Ellipsis or isinstance(k, (int, _builtin_slice))):
+            raise TypeError(f"cannot index a tensor with {type(k).__name__} {k!r}: use ints, slices, None, "
+                            "... or integer/boolean arrays")
+        out.append(k)
+    return tuple(out)
+
+
+def _getitem_rule(x, key):
+    shape, dtype = R.spec(x)
+    if None in shape:
+        R.fail("indexing a tensor of partly unknown shape is not supported")
+    return np.empty(shape, dtype=np.bool_)[key].shape, dtype
+
+
+def _scatter_kernel(g, key, shape):
+    out = np.zeros(shape, dtype=g.dtype)
+    if builtins.any(isinstance(k, np.ndarray) for k in key):
+        np.add.at(out, key, g)  # advanced indices may repeat: accumulate
+    else:
+        out[key] = g
+    return out
+
+
+_scatter_op = defop("getitem_grad", _scatter_kernel, lambda g, key, shape: (shape, R.spec(g)[1]),
+                    lambda c, gg: (_getitem(gg, c.attrs["key"]),))
+_getitem_op = defop("getitem", lambda x, key: x[key], _getitem_rule,
+                    lambda c, g: (execute(_scatter_op, (g,), {"key": c.attrs["key"],
+                                                               "shape": R.shape_of(c.inputs[0])}),))
+
+
+def _getitem(x, key):
+    return execute(_getitem_op, (x,), {"key": key})
+
+
+def getitem(tensor, key):
+    """``tensor[key]``: numpy-style basic and advanced indexing (ints, slices, None, ..., arrays)."""
+    return _getitem(tensor, _normalize_key(key))
+
+
+Tensor.__getitem__ = getitem
+
+
+def _no_setitem(self, key, value):
+    raise TypeError("flowlab tensors are immutable; build a new tensor (e.g. with fl.where or fl.concat), "
+                    "or use a fl.Variable and .assign()")
+
+
+Tensor.__setitem__ = _no_setitem
+
+
+def slice(input_, begin, size, name=None):  # noqa: A001 - TF's name
+    """``size[i]`` elements from ``begin[i]`` along each axis (-1: to the end)."""
+    x = convert_to_tensor(input_)
+    begin, size = _ints(begin), _ints(size)
+    if len(begin) != x.ndim or len(size) != x.ndim:
+        raise ValueError(f"slice: begin {list(begin)} and size {list(size)} need one entry per axis of "
+                         f"the input's shape {tuple(x.shape)}")
+    return _getitem(x, tuple(_builtin_slice(b, None if s == -1 else b + s) for b, s in zip(begin, size)))
+
+
+def _gather_rule(params, indices, axis):
+    (ps, pd), (ixs, ixd) = R.spec(params), R.spec(indices)
+    if ixd.kind not in "iu":
+        R.fail(f"indices must be integers, got {ixd.name}")
+    a = R.norm_axis(axis, len(ps))
+    return ps[:a] + tuple(ixs) + ps[a + 1:], pd
+
+
+def _gather_kernel(params, indices, axis):
+    n = params.shape[axis]
+    if indices.size and (indices.min() < 0 or indices.max() >= n):
+        bad = indices[(indices < 0) | (indices >= n)].ravel()[0]
+        raise IndexError(f"index {bad} is not in [0, {n}) along axis {axis}")
+    return np.take(params, indices, axis=axis)
+
+
+def _gather_grad_kernel(g, indices, axis, shape):
+    out = np.zeros(shape, dtype=g.dtype)
+    # move the gathered axis first so that np.add.at accumulates repeated indices
+    np.add.at(np.moveaxis(out, axis, 0), indices,
+              np.moveaxis(g, tuple(builtins.range(axis, axis + indices.ndim)), tuple(builtins.range(indices.ndim))))
+    return out
+
+
+_gather_grad_op = defop("gather_grad", _gather_grad_kernel, lambda g, i, axis, shape: (shape, R.spec(g)[1]),
+                        lambda c, gg: (gather(gg, c.inputs[1], axis=c.attrs["axis"]), None))
+_gather_op = defop("gather", _gather_kernel, _gather_rule,
+                   lambda c, g: (execute(_gather_grad_op, (g, c.inputs[1]),
+                                         {"axis": c.attrs["axis"], "shape": R.shape_of(c.inputs[0])}), None))
+
+
+def gather(params, indices, axis=None, batch_dims=0, name=None):
+    """Pick slices of ``params`` along ``axis`` (default 0) at ``indices``."""
+    if batch_dims:
+        raise NotImplementedError("gather: batch_dims is not supported yet; gather per batch element instead")
+    params = convert_to_tensor(params)
+    return execute(_gather_op, (params, indices), {"axis": R.norm_axis(int(axis or 0), params.ndim)})
+
+
+def _one_hot_kernel(indices, depth, on_value, off_value, axis, dtype):
+    hot = indices[..., None] == np.arange(depth)   # out-of-range indices give an all-off row
+    out = np.where(hot, np.asarray(on_value, dtype), np.asarray(off_value, dtype))
+    return out if axis == -1 else np.moveaxis(out, -1, axis)
+
+
+def _one_hot_rule(indices, depth, on_value, off_value, axis, dtype):
+    shape, d = R.spec(indices)
+    if d.kind not in "iu":
+        R.fail(f"indices must be integers, got {d.name}")
+    shape = shape + (depth,)
+    if axis != -1:
+        a = R.norm_axis(axis, len(shape))
+        shape = shape[:a] + (depth,) + shape[a:-1]
+    return shape, np.dtype(dtype)
+
+
+_one_hot_op = defop("one_hot", _one_hot_kernel, _one_hot_rule)
+
+
+def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None, name=None):
+    """A tensor with ``on_value`` (1) at each index along a new last axis of size ``depth`` and
+    ``off_value`` (0) elsewhere; indices outside [0, depth) give an all-off row."""
+    dtype = dtypes.numpy_dtype(dtype or dtypes.float32)
+    return execute(_one_hot_op, (indices,), {
+        "depth": int(depth), "on_value": 1 if on_value is None else on_value,
+        "off_value": 0 if off_value is None else off_value, "axis": -1 if axis is None else int(axis),
+        "dtype": dtype})
+
+
+# -- creation ----------------------------------------------------------------------------------
+def fill(dims, value, name=None):
+    """A tensor of shape ``dims`` with every element ``value``."""
+    v = convert_to_tensor(value)
+    return Tensor(np.full(_ints(dims), v._value, dtype=v._value.dtype))
+
+
+def zeros(shape, dtype=dtypes.float32, name=None):
+    """A tensor of zeros."""
+    return Tensor(np.zeros(_ints(shape), dtype=dtypes.numpy_dtype(dtype)))
+
+
+def ones(shape, dtype=dtypes.float32, name=None):
+    """A tensor of ones."""
+    return Tensor(np.ones(_ints(shape), dtype=dtypes.numpy_dtype(dtype)))
+
+
+def range(start, limit=None, delta=1, dtype=None, name=None):  # noqa: A001 - TF's name
+    """Numbers from ``start`` up to (not including) ``limit`` in steps of ``delta``, like Python's
+    range; ints give int32 and floats float32 unless ``dtype`` says otherwise."""
+    if limit is None:
+        start, limit = 0, start
+    start, limit, delta = (v.numpy() if isinstance(v, Tensor) else v for v in (start, limit, delta))
+    return Tensor(_python_array(np.arange(start, limit, delta), dtypes.numpy_dtype(dtype)))
+
+
+def shape(input, out_type=dtypes.int32, name=None):  # noqa: A002 - TF's signature
+    """The shape of a tensor, as a 1-d integer tensor."""
+    return Tensor(np.asarray(R.shape_of(convert_to_tensor(input)), dtype=dtypes.numpy_dtype(out_type)))
+
+
+def size(input, out_type=dtypes.int32, name=None):  # noqa: A002 - TF's signature
+    """The number of elements, as a 0-d integer tensor."""
+    return Tensor(np.asarray(int(np.prod(R.shape_of(convert_to_tensor(input)))), dtype=dtypes.numpy_dtype(out_type)))
+
+
+def rank(input, name=None):  # noqa: A002 - TF's signature
+    """The number of axes, as a 0-d int32 tensor."""
+    return Tensor(np.asarray(len(R.shape_of(convert_to_tensor(input))), dtype=np.int32))
+
+
+__all__ = ["reshape", "broadcast_to", "transpose", "expand_dims", "squeeze", "identity", "stop_gradient",
+           "concat", "stack", "unstack", "slice", "gather", "one_hot", "fill", "zeros", "ones", "range",
+           "shape", "size", "rank"]

@@ -1,0 +1,205 @@
+"""GradientTape: reverse-mode autodiff over eager ops.
+
+While a tape is open, ``execute`` shows it every op. The tape keeps an op only if one of its
+inputs is watched (a watched tensor, a trainable Variable, or an output of a kept op), so work on
+constants costs nothing. ``gradient`` walks the kept ops backwards, calling each op's gradient
+rule. Rules are written with flowlab ops, so an outer tape records them: gradients of gradients.
+"""
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from ._context import state
+from .execute import Call
+from .tensor import Tensor, Variable, convert_to_tensor
+
+__all__ = ["GradientTape", "UnconnectedGradients"]
+
+
+class UnconnectedGradients(enum.Enum):
+    """What ``gradient`` returns for a source the target does not depend on."""
+    NONE = "none"
+    ZERO = "zero"
+
+
+class GradientTape:
+    """Records ops so that gradients can be computed.
+
+    >>> import flowlab as fl
+    >>> x = fl.Variable(3.0)
+    >>> with fl.GradientTape() as tape:
+    ...     y = x * x
+    >>> float(tape.gradient(y, x))
+    6.0
+    """
+
+    def __init__(self, persistent=False, watch_accessed_variables=True):
+        self._persistent = persistent
+        self._auto = watch_accessed_variables
+        self._watched: dict[int, object] = {}    # id -> tensor; holds a reference so ids stay unique
+        self._variables: dict[int, Variable] = {}
+        self._entries: list = []                 # (op, inputs, attrs, output, needs), in run order
+        self._state = None
+        self._used = False
+
+    # -- recording ------------------------------------------------------------------------------
+    def __enter__(self):
+        if self._state is not None:
+            raise RuntimeError("this GradientTape is already recording; make a new tape instead")
+        self._state = state()
+        self._state.push("tapes", self)
+        return self
+
+    def __exit__(self, *exc):
+        self._state.pop("tapes", self)
+        self._state = None
+        return False
+
+    def stop_recording(self):
+        """A context in which this tape records nothing (e.g. for metrics inside a training step)."""
+        return _Paused(self)
+
+    def reset(self):
+        """Forget everything recorded so far (keeps watching nothing)."""
+        self._watched.clear()
+        self._variables.clear()
+        self._entries.clear()
+        self._used = False
+
+    def watch(self, tensor):
+        """Record ops on ``tensor`` (or a nested structure of tensors) from now on."""
+        for t in _flatten(tensor):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"GradientTape.watch takes tensors or variables, not {type(t).__name__}")
+            self._watch(t)
+
+    def _watch(self, t):
+        self._watched[id(t)] = t
+        if isinstance(t, Variable):
+            self._variables[id(t)] = t
+
+    def watched_variables(self):
+        """The variables this tape watched, in the order it first saw them."""
+        return tuple(self._variables.values())
+
+    def _record(self, op, inputs, attrs, output):
+        if op.grad is None:
+            return
+        watched = self._watched
+        needs = []
+        hit = False
+        for t in inputs:
+            w = id(t) in watched
+            if not w and self._auto and isinstance(t, Variable) and t.trainable:
+                self._watch(t)
+                w = True
+            needs.append(w)
+            hit = hit or w
+        if hit:
+            self._entries.append((op, inputs, attrs, output, needs))
+            watched[id(output)] = output
+
+    # -- differentiating -----------------------------------------------------------------------
+    def gradient(self, target, sources, output_gradients=None,
+                 unconnected_gradients=UnconnectedGradients.NONE):
+        """d(target)/d(sources), shaped like ``sources`` (a tensor, variable, list or dict of them).
+
+        A non-scalar target is summed (or weighted by ``output_gradients``); a list of targets is
+        summed. A source the target does not depend on gives None (or zeros, with
+        ``unconnected_gradients="zero"``); so does an integer source.
+        """
+        if self._used and not self._persistent:
+            raise RuntimeError("a non-persistent GradientTape can compute gradients only once; "
+                               "use GradientTape(persistent=True) to call gradient() several times")
+        self._used = True
+        unconnected = UnconnectedGradients(unconnected_gradients)
+        targets = _flatten(target)
+        flat_sources = _flatten(sources)
+        for s in flat_sources:
+            if not isinstance(s, Tensor):
+                raise TypeError(f"gradient sources must be tensors or variables, not {type(s).__name__}")
+        if output_gradients is None:
+            seeds = [None] * len(targets)
+        else:
+            seeds = _flatten(output_gradients)
+            if len(seeds) != len(targets):
+                raise ValueError(f"got {len(seeds)} output_gradients for {len(targets)} targets")
+        # The tape must not record its own backward pass (an outer tape may: that is how
+        # higher-order gradients work).
+        st = self._state
+        if st is not None:
+            st.pop("tapes", self)
+        try:
+            grads = self._backward(targets, seeds)
+        finally:
+            if st is not None:
+                st.push("tapes", self)
+        if not self._persistent:
+            self._entries = []
+        result = []
+        for s in flat_sources:
+            g = grads.get(id(s))
+            if g is not None and s._value.dtype.kind not in "fc":
+                g = None    # integer and bool sources have no gradient
+            if g is None and unconnected is UnconnectedGradients.ZERO:
+                g = Tensor(np.zeros_like(s._value), s._device)
+            result.append(g)
+        return _unflatten(sources, result)
+
+    def _backward(self, targets, seeds):
+        grads: dict[int, Tensor] = {}
+        for t, seed in zip(targets, seeds):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"gradient target must be a tensor, not {type(t).__name__}")
+            g = Tensor(np.ones_like(t._value), t._device) if seed is None else convert_to_tensor(seed, dtype=t.dtype)
+            prev = grads.get(id(t))
+            grads[id(t)] = g if prev is None else prev + g
+        for op, inputs, attrs, output, needs in reversed(self._entries):
+            g = grads.get(id(output))
+            if g is None:
+                continue
+            in_grads = op.grad(Call(inputs, attrs, output, needs), g)
+            for x, gx, need in zip(inputs, in_grads, needs):
+                if gx is None or not need:
+                    continue
+                k = id(x)
+                prev = grads.get(k)
+                grads[k] = gx if prev is None else prev + gx
+        return grads
+
+
+class _Paused:
+    def __init__(self, tape):
+        self._tape = tape
+
+    def __enter__(self):
+        if self._tape._state is None:
+            raise RuntimeError("stop_recording() needs the tape to be recording (inside its `with` block)")
+        self._tape._state.pop("tapes", self._tape)
+
+    def __exit__(self, *exc):
+        self._tape._state.push("tapes", self._tape)
+        return False
+
+
+def _flatten(x):
+    if isinstance(x, dict):
+        return [v for k in sorted(x) for v in _flatten(x[k])]
+    if isinstance(x, (list, tuple)):
+        return [v for item in x for v in _flatten(item)]
+    return [x]
+
+
+def _unflatten(structure, flat):
+    it = iter(flat)
+
+    def build(s):
+        if isinstance(s, dict):
+            return {k: build(s[k]) for k in sorted(s)}
+        if isinstance(s, (list, tuple)):
+            return type(s)(build(v) for v in s)
+        return next(it)
+
+    return build(structure)

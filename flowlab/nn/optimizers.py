@@ -1,0 +1,189 @@
+"""Optimizers: SGD (with momentum), Adam and Adadelta, with ``apply_gradients`` and ``minimize``.
+
+Each optimizer's update rule is one pure function over arrays (``_sgd``, ``_adam``, ``_adadelta``)
+that returns the new value and new slots; the classes only keep state. Updates replace a
+variable's array rather than writing into it, so tensors read earlier never change.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from ..core import dtypes
+from ..core.errors import InvalidArgumentError, source_line
+from ..core.tape import GradientTape
+from ..core.tensor import Tensor, Variable, convert_to_tensor
+
+__all__ = ["Optimizer", "SGD", "Adam", "Adadelta"]
+
+
+class Optimizer:
+    """Base class: keeps per-variable slots and the step count; subclasses give ``_update``."""
+
+    _slot_names: tuple = ()
+
+    def __init__(self, learning_rate, name):
+        self.learning_rate = learning_rate
+        self.name = name
+        self.iterations = Variable(0, dtype=dtypes.int64, trainable=False, name=f"{name}/iterations")
+        self._slots: dict[int, dict] = {}
+        self._slot_vars: dict[int, Variable] = {}
+
+    def _lr(self, step):
+        lr = self.learning_rate
+        if callable(lr) and not isinstance(lr, Tensor):
+            lr = lr(step)
+        return float(lr)
+
+    def apply_gradients(self, grads_and_vars):
+        """Apply one step: ``grads_and_vars`` is an iterable of (gradient, variable). Pairs whose
+        gradient is None are skipped (with a warning if every gradient is None)."""
+        pairs = list(grads_and_vars)
+        live = [(g, v) for g, v in pairs if g is not None]
+        if pairs and not live:
+            warnings.warn(f"{self.name}: no gradients for any variable ({[v.name for _, v in pairs]}); "
+                          "is the loss computed from them inside the GradientTape?", stacklevel=2)
+        step = int(self.iterations._value) + 1
+        lr = self._lr(step - 1)
+        for g, v in live:
+            if not isinstance(v, Variable):
+                raise TypeError(f"{self.name}.apply_gradients: expected a Variable, got {type(v).__name__}; "
+                                "only fl.Variable can be updated")
+            garr = convert_to_tensor(g)._value
+            if garr.shape != v._value.shape:
+                raise InvalidArgumentError(
+                    f"{self.name}.apply_gradients: gradient of shape {garr.shape} does not match variable "
+                    f"{v.name!r} of shape {v._value.shape}\n  at {source_line()}", op="apply_gradients")
+            if garr.dtype != v._value.dtype:
+                garr = garr.astype(v._value.dtype)
+            slots = self._slots.get(id(v))
+            if slots is None:
+                slots = self._slots[id(v)] = {s: np.zeros_like(v._value) for s in self._slot_names}
+                self._slot_vars[id(v)] = v
+            v._value, new_slots = self._update(v._value, garr, slots, lr, step)
+            slots.update(new_slots)
+        self.iterations._value = self.iterations._value + 1
+        return self.iterations
+
+    def minimize(self, loss, var_list, tape=None):
+        """Compute gradients of ``loss`` (a callable, or a tensor recorded on ``tape``) with respect
+        to ``var_list`` (a list, or a callable returning one) and apply them."""
+        if tape is None:
+            if not callable(loss):
+                raise TypeError("minimize: without a tape, loss must be a callable that computes the loss")
+            with GradientTape() as tape:
+                loss_value = loss()
+                variables = var_list() if callable(var_list) else var_list
+        else:
+            loss_value = loss() if callable(loss) else loss
+            variables = var_list() if callable(var_list) else var_list
+        variables = list(variables)
+        grads = tape.gradient(loss_value, variables)
+        return self.apply_gradients(zip(grads, variables))
+
+    def get_slot(self, var, slot_name):
+        """The slot ``slot_name`` (e.g. "m", "momentum") kept for ``var``, as a tensor."""
+        if slot_name not in self._slot_names:
+            raise KeyError(f"{self.name} has slots {list(self._slot_names)}, not {slot_name!r}")
+        return Tensor(self._slots[id(var)][slot_name])
+
+    def get_slot_names(self):
+        return list(self._slot_names)
+
+    def variables(self):
+        """The optimizer's own state: the step count and every slot, as variables (copies)."""
+        out = [self.iterations]
+        for key, slots in self._slots.items():
+            out.extend(Variable(slots[s], trainable=False, name=f"{self._slot_vars[key]._name}/{s}")
+                       for s in self._slot_names)
+        return out
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "learning_rate": self.learning_rate}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k != "name")
+        return f"{type(self).__name__}({args})"
+
+
+# -- update rules: (value, grad, slots, lr, step) -> (new value, new slots) -------------------
+def _sgd(value, grad, slots, lr, momentum, nesterov):
+    if not momentum:
+        return value - lr * grad, {}
+    velocity = momentum * slots["momentum"] - lr * grad
+    if nesterov:
+        return value + momentum * velocity - lr * grad, {"momentum": velocity}
+    return value + velocity, {"momentum": velocity}
+
+
+def _adam(value, grad, slots, lr, step, beta_1, beta_2, epsilon):
+    m = beta_1 * slots["m"] + (1 - beta_1) * grad
+    v = beta_2 * slots["v"] + (1 - beta_2) * (grad * grad)
+    # bias correction folded into the step size, as in the Adam paper's efficient form
+    alpha = lr * math.sqrt(1 - beta_2 ** step) / (1 - beta_1 ** step)
+    return value - alpha * m / (np.sqrt(v) + epsilon), {"m": m, "v": v}
+
+
+def _adadelta(value, grad, slots, lr, rho, epsilon):
+    accum_grad = rho * slots["accum_grad"] + (1 - rho) * (grad * grad)
+    delta = np.sqrt(slots["accum_var"] + epsilon) / np.sqrt(accum_grad + epsilon) * grad
+    accum_var = rho * slots["accum_var"] + (1 - rho) * (delta * delta)
+    return value - lr * delta, {"accum_grad": accum_grad, "accum_var": accum_var}
+
+
+class SGD(Optimizer):
+    """Gradient descent: ``v = momentum * v - lr * g; w += v`` (plain ``w -= lr * g`` without momentum).
+
+    >>> import flowlab as fl
+    >>> w = fl.Variable(1.0)
+    >>> _ = fl.optimizers.SGD(0.1).apply_gradients([(fl.constant(2.0), w)])
+    >>> round(float(w), 6)
+    0.8
+    """
+
+    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, name="SGD"):
+        if not 0 <= momentum <= 1:
+            raise ValueError(f"SGD: momentum must be in [0, 1], got {momentum}")
+        super().__init__(learning_rate, name)
+        self.momentum, self.nesterov = float(momentum), bool(nesterov)
+        self._slot_names = ("momentum",) if self.momentum else ()
+
+    def _update(self, value, grad, slots, lr, step):
+        return _sgd(value, grad, slots, lr, self.momentum, self.nesterov)
+
+    def get_config(self):
+        return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}
+
+
+class Adam(Optimizer):
+    """Adam: running means of the gradient (m) and its square (v), with bias correction."""
+
+    _slot_names = ("m", "v")
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, name="Adam"):
+        super().__init__(learning_rate, name)
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+
+    def _update(self, value, grad, slots, lr, step):
+        return _adam(value, grad, slots, lr, step, self.beta_1, self.beta_2, self.epsilon)
+
+    def get_config(self):
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
+
+
+class Adadelta(Optimizer):
+    """Adadelta: scales each step by the ratio of running RMS of past updates to past gradients."""
+
+    _slot_names = ("accum_grad", "accum_var")
+
+    def __init__(self, learning_rate=0.001, rho=0.95, epsilon=1e-7, name="Adadelta"):
+        super().__init__(learning_rate, name)
+        self.rho, self.epsilon = float(rho), float(epsilon)
+
+    def _update(self, value, grad, slots, lr, step):
+        return _adadelta(value, grad, slots, lr, self.rho, self.epsilon)
+
+    def get_config(self):
+        return {**super().get_config(), "rho": self.rho, "epsilon": self.epsilon}

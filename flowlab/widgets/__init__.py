@@ -1,0 +1,2 @@
+"""Notebook widgets: thin views over plain objects' ``snapshot()``. The only package that imports
+ipywidgets. Not built yet (see the widget issues)."""
