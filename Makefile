@@ -57,6 +57,7 @@ chromium:
 	echo "make: $(FLOWLAB_CHROMIUM) is missing: installing Debian's chromium"
 	$$sudo apt-get update
 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
+	[ -x "$(FLOWLAB_CHROMIUM)" ] || { echo "make: $(FLOWLAB_CHROMIUM) is still missing" >&2; exit 1; }
 
 test-fast: | $(BIN)/python
 	@mkdir -p "$$IPYTHONDIR" "$$MPLCONFIGDIR" "$$JUPYTER_RUNTIME_DIR"

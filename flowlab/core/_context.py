@@ -41,14 +41,16 @@ class ThreadState:
         getattr(self, attr).append(item)
         ACTIVE.add(1)
 
-    def pop(self, attr: str, item) -> None:
+    def pop(self, attr: str, item) -> bool:
+        """Remove ``item``; False if it was not there (e.g. a tape paused by stop_recording)."""
         stack = getattr(self, attr)
         # NOTE: remove the exact item, not the last one: tapes may exit out of order.
         for i in range(len(stack) - 1, -1, -1):
             if stack[i] is item:
                 del stack[i]
                 ACTIVE.add(-1)
-                return
+                return True
+        return False
 
 
 def state() -> ThreadState:

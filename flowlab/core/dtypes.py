@@ -35,6 +35,8 @@ class DType:
         return np.finfo(self.as_numpy_dtype).max if self.is_floating else np.iinfo(self.as_numpy_dtype).max
 
     def __eq__(self, other):
+        if other is None:
+            return False
         try:
             return self.as_numpy_dtype == as_dtype(other).as_numpy_dtype
         except TypeError:
@@ -70,8 +72,11 @@ def as_dtype(value) -> DType:
     """Return the DType for ``value``: a DType, a name ("float32"), a numpy dtype or scalar type."""
     if isinstance(value, DType):
         return value
+    if value is None:
+        raise TypeError("a dtype is required here, got None")
     try:
-        d = _BY_NUMPY.get(np.dtype(value))
+        np_dtype = np.dtype(value)
+        d = _BY_NUMPY.get(np_dtype) or _BY_NUMPY.get(np_dtype.newbyteorder("="))
     except TypeError:
         d = None
     if d is None:

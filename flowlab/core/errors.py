@@ -41,7 +41,21 @@ def source_line(frame=None) -> str | None:
         return None
     fn, line = frame.f_code.co_filename, frame.f_lineno
     code = linecache.getline(fn, line, frame.f_globals).strip()
-    return f"{fn}:{line}: {code}" if code else f"{fn}:{line}"
+    place = f"{_cell_name(fn)}, line {line}" if _cell_name(fn) else f"{fn}:{line}"
+    return f"{place}: {code}" if code else place
+
+
+def _cell_name(filename: str) -> str | None:
+    """'Cell In[3]' when ``filename`` is a notebook cell compiled by IPython, else None."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython and ipython.get_ipython()
+    if shell is None:
+        return None
+    try:
+        kind, name = shell.compile.format_code_name(filename)
+    except Exception:  # noqa: BLE001 - not a cell, or an IPython without this helper
+        return None
+    return f"{kind} {name}"
 
 
 def describe(value) -> str:

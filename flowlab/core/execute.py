@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from ._context import ACTIVE, state
+from .dtypes import numpy_dtype
 from .errors import InvalidArgumentError, describe, source_line
-from .tensor import Tensor, _python_array
+from .tensor import Tensor, Variable, _numpy_array, _python_array
 
 __all__ = ["OpDef", "defop", "execute", "get_op", "list_ops", "unary", "binary", "reflected"]
 
@@ -29,21 +30,21 @@ class OpDef:
     ``grad(call, g) -> tuple of input gradients`` (None for no gradient). ``same_dtype``: input
     positions (or "all") that must share a dtype; Python values there take that dtype."""
 
-    __slots__ = ("name", "kernel", "shape_rule", "grad", "same_dtype", "kernels", "doc")
+    __slots__ = ("name", "kernel", "shape_rule", "grad", "same_dtype", "strict", "kernels", "doc")
 
-    def __init__(self, name, kernel, shape_rule, grad=None, same_dtype=(), doc=""):
+    def __init__(self, name, kernel, shape_rule, grad=None, same_dtype=(), strict=False, doc=""):
         self.name, self.kernel, self.shape_rule, self.grad = name, kernel, shape_rule, grad
-        self.same_dtype, self.kernels, self.doc = same_dtype, {}, doc
+        self.same_dtype, self.strict, self.kernels, self.doc = same_dtype, strict, {}, doc
 
     def __repr__(self):
         return f"<op {self.name}>"
 
 
-def defop(name, kernel, shape_rule, grad=None, same_dtype=(), doc="") -> OpDef:
+def defop(name, kernel, shape_rule, grad=None, same_dtype=(), strict=False, doc="") -> OpDef:
     """Add an op to the table (one entry per op; the name must be new)."""
     if name in _OPS:
         raise ValueError(f"op {name!r} is already defined")
-    op = _OPS[name] = OpDef(name, kernel, shape_rule, grad, same_dtype, doc)
+    op = _OPS[name] = OpDef(name, kernel, shape_rule, grad, same_dtype, strict, doc)
     return op
 
 
@@ -81,6 +82,11 @@ def execute(op: OpDef, inputs, attrs=NO_ATTRS):
     else:
         if op.same_dtype and len(inputs) > 1:
             _check_dtypes(op, inputs)
+    if op.strict:
+        try:
+            op.shape_rule(*inputs, **attrs)
+        except InvalidArgumentError as e:
+            raise op_error(op, inputs, attrs, str(e)) from None
     if st.device_stack:
         device = st.device_stack[-1].resolve_eager(_first_device(inputs))
     kernel = op.kernel if device is None else _backend_kernel(op, device)
@@ -95,9 +101,25 @@ def execute(op: OpDef, inputs, attrs=NO_ATTRS):
         for hook in st.hooks:
             hook(op, inputs, attrs, out)
     if st.tapes:
-        for tape in st.tapes:
-            tape._record(op, inputs, attrs, out)
+        _record(st.tapes, op, inputs, attrs, out)
     return out
+
+
+def _record(tapes, op, inputs, attrs, out):
+    """Show an op to every recording tape. A Variable input is recorded as a read of its value
+    at this moment (the ``read_variable`` op), so a later ``assign`` cannot change the gradient."""
+    for i, x in enumerate(inputs):
+        if x.__class__ is not Tensor and isinstance(x, Variable):
+            if inputs.__class__ is not list:
+                inputs = list(inputs)
+            read = _new(Tensor)
+            read._value = x._value
+            read._device = x._device
+            for tape in tapes:
+                tape._record(READ_VARIABLE, (x,), NO_ATTRS, read)
+            inputs[i] = read
+    for tape in tapes:
+        tape._record(op, inputs, attrs, out)
 
 
 def _check_dtypes(op, tensors):
@@ -125,10 +147,7 @@ def _prepare(op, inputs):
             if dtype is None:
                 dtype = x._value.dtype
             elif x._value.dtype != dtype:
-                raise InvalidArgumentError(
-                    f"{op.name}: inputs must have the same dtype, got "
-                    f"{', '.join(describe(v) for v in inputs if isinstance(v, Tensor))}; "
-                    f"use fl.cast to convert one of them\n  at {source_line()}", op=op.name)
+                raise op_error(op, inputs, NO_ATTRS, "inputs must have the same dtype; use fl.cast to convert one")
     out = []
     for i, x in enumerate(inputs):
         if isinstance(x, Tensor):
@@ -138,11 +157,11 @@ def _prepare(op, inputs):
             if dtype is not None and i in group and x.__class__ in _SCALARS:
                 out.append(Tensor(_scalar(x, dtype)))
             elif isinstance(x, (np.ndarray, np.generic)):
-                out.append(Tensor(np.asarray(x) if dtype is None or i not in group else _numpy_to(x, dtype)))
+                out.append(Tensor(_numpy_array(x, None) if dtype is None or i not in group else _numpy_to(x, dtype)))
             else:
                 out.append(Tensor(_python_array(x, dtype if i in group else None)))
-        except TypeError as e:
-            raise InvalidArgumentError(f"{op.name}: input {i}: {e}\n  at {source_line()}", op=op.name) from None
+        except (TypeError, OverflowError, ValueError) as e:
+            raise op_error(op, inputs, NO_ATTRS, f"input {i}: {e}") from None
     return out
 
 
@@ -159,10 +178,10 @@ def _scalar(x, dtype):
 
 
 def _numpy_to(x, dtype):
-    x = np.asarray(x)
+    x = _numpy_array(x, None)
     if x.dtype != dtype:
-        raise InvalidArgumentError(f"inputs must have the same dtype, got a numpy {x.dtype} array next to a "
-                                   f"{np.dtype(dtype).name} tensor; use fl.cast or .astype to convert")
+        raise TypeError(f"inputs must have the same dtype, got a numpy {x.dtype} array next to a "
+                        f"{np.dtype(dtype).name} tensor; use fl.cast or .astype to convert")
     return x
 
 
@@ -188,23 +207,32 @@ def explain(op, tensors, attrs, error) -> InvalidArgumentError:
         reason = str(e)
     except Exception:  # noqa: BLE001 - the shape rule is only asked for a better message
         pass
-    if reason is None:
-        reason = f"{type(error).__name__}: {error}"
-    args = ", ".join(describe(t) for t in tensors)
+    return op_error(op, tensors, attrs, reason or f"{type(error).__name__}: {error}")
+
+
+def op_error(op, inputs, attrs, reason: str) -> InvalidArgumentError:
+    """The standard error: op name, reason, inputs as dtype[shape], attributes, the user's line."""
+    name = op if isinstance(op, str) else op.name
+    args = ", ".join(describe(t) for t in inputs)
     shown = {k: v for k, v in attrs.items() if not isinstance(v, np.ndarray)}
     where = source_line()
     return InvalidArgumentError(
-        f"{op.name}: {reason}\n  inputs: {args}" + (f"\n  attrs: {shown}" if shown else "") +
-        (f"\n  at {where}" if where else ""), op=op.name, source=where)
+        f"{name}: {reason}\n  inputs: {args}" + (f"\n  attrs: {shown}" if shown else "") +
+        (f"\n  at {where}" if where else ""), op=name, source=where)
+
+
+READ_VARIABLE = defop("read_variable", lambda v: v, lambda v: (tuple(v.shape), numpy_dtype(v.dtype)), lambda c, g: (g,),
+                      doc="The value of a Variable at the moment an op read it (recorded by tapes).")
 
 
 # -- fast eager paths -------------------------------------------------------------------------
-def unary(op: OpDef):
-    """The public function for a one-input op with no attributes: ``f(x)``."""
+def unary(op: OpDef, kinds: str = "biuf"):
+    """The public function for a one-input op with no attributes: ``f(x)``. Inputs whose dtype
+    kind is not in ``kinds`` go through ``execute``, which checks a strict op's rule."""
     kernel = op.kernel
 
     def fn(x, name=None):
-        if not ACTIVE.count and x.__class__ is Tensor and x._device is None:
+        if not ACTIVE.count and x.__class__ is Tensor and x._device is None and x._value.dtype.kind in kinds:
             try:
                 out = _new(Tensor)
                 out._value = kernel(x._value)
@@ -223,6 +251,12 @@ def binary(op: OpDef):
     """The public function for a two-input op with no attributes: ``f(x, y)``; also ``x.__op__(y)``.
     A Python float (int) next to a float (number) tensor takes the tensor's dtype, as in TensorFlow."""
     kernel = op.kernel
+    if op.strict:
+        def strict_fn(x, y, name=None):
+            return execute(op, (x, y))
+        strict_fn.__name__ = strict_fn.__qualname__ = op.name
+        strict_fn.__doc__ = op.doc
+        return strict_fn
 
     def fn(x, y, name=None):
         if not ACTIVE.count:

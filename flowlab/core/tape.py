@@ -129,12 +129,11 @@ class GradientTape:
         # The tape must not record its own backward pass (an outer tape may: that is how
         # higher-order gradients work).
         st = self._state
-        if st is not None:
-            st.pop("tapes", self)
+        paused = st is not None and st.pop("tapes", self)
         try:
             grads = self._backward(targets, seeds)
         finally:
-            if st is not None:
+            if paused:
                 st.push("tapes", self)
         if not self._persistent:
             self._entries = []
@@ -177,10 +176,11 @@ class _Paused:
     def __enter__(self):
         if self._tape._state is None:
             raise RuntimeError("stop_recording() needs the tape to be recording (inside its `with` block)")
-        self._tape._state.pop("tapes", self._tape)
+        self._paused = self._tape._state.pop("tapes", self._tape)
 
     def __exit__(self, *exc):
-        self._tape._state.push("tapes", self._tape)
+        if self._paused:
+            self._tape._state.push("tapes", self._tape)
         return False
 
 

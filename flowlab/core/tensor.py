@@ -77,7 +77,9 @@ class Tensor:
         value = _host(self._value)
         if dtype is not None or copy:
             return np.array(value, dtype=dtype, copy=True)
-        return np.asarray(value)
+        view = np.asarray(value).view()
+        view.flags.writeable = False   # a tensor never changes, even through np.asarray(t)
+        return view
 
     def ref(self):
         """A hashable reference to this tensor (tensors compare elementwise, so are unhashable)."""
@@ -144,7 +146,10 @@ def _host(value):
 
 
 def _array_repr(t) -> str:
-    text = np.array_repr(np.asarray(_host(t._value)))
+    value = np.asarray(_host(t._value))
+    if value.ndim == 0:
+        return str(value[()])          # numpy=9.0, as TensorFlow shows scalars
+    text = np.array_repr(value)
     return ("\n" + text) if "\n" in text else text
 
 
@@ -246,6 +251,15 @@ def _python_array(value, dtype):
     return arr.astype(dtype, copy=False)
 
 
+def _numpy_array(value, want):
+    """A numpy array or scalar as a tensor value: a supported dtype, in native byte order."""
+    arr = np.asarray(value)
+    if want is not None:
+        return arr.astype(want, copy=False)
+    dtype = _dtypes.as_dtype(arr.dtype).as_numpy_dtype   # raises TypeError for str, object, complex...
+    return arr if arr.dtype == dtype else arr.astype(dtype)   # e.g. big-endian '>f4' -> float32
+
+
 def convert_to_tensor(value, dtype=None, dtype_hint=None) -> Tensor:
     """Turn a Tensor, numpy array, Python number or nested list into a Tensor.
 
@@ -260,8 +274,7 @@ def convert_to_tensor(value, dtype=None, dtype_hint=None) -> Tensor:
                 f"use fl.cast(x, {_dtypes.as_dtype(want).name}) to convert\n  at {source_line()}")
         return value
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
-        arr = np.asarray(value) if want is None else np.asarray(value).astype(want, copy=False)
-        return Tensor(arr)
+        return Tensor(_numpy_array(value, want))
     if hasattr(value, "__cuda_array_interface__"):
         from .backends import device_of_array
         return Tensor(value, device_of_array(value))

@@ -1,10 +1,10 @@
 """Every lesson runs top to bottom in JupyterLab in a real Chromium, without an error, and renders
 the images and widgets its stored copy holds. A screenshot of each lands in .pt/screenshots/."""
+import json
 import re
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
@@ -17,7 +17,7 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 # Per code cell (by its index among all cells): its prompt ("[3]:", "[*]:", "[ ]:") and the text
 # of every output that shows an error: a traceback (also SyntaxError's, which has none), or a
 # widget that could not be displayed.
-PAGE_STATE_JS = """([IMAGE, WIDGET]) => {
+PAGE_STATE_JS = """(IMAGE) => {
   const cells = [...document.querySelectorAll('.jp-Notebook .jp-Cell')];
   const code = cells.map((node, index) => ({node, index}))
                     .filter(({node}) => node.classList.contains('jp-CodeCell'));
@@ -27,8 +27,6 @@ PAGE_STATE_JS = """([IMAGE, WIDGET]) => {
             && (text.includes('Traceback') || /^\\w*(Error|Exception)\\b/m.test(text)))
         || text.includes('Error displaying widget');
   };
-  const outputs = (mime) => [...document.querySelectorAll(
-      `.jp-Notebook .jp-OutputArea-output[data-mime-type="${mime}"]`)];
   return {
     status: document.querySelector('#jp-main-statusbar')?.innerText ?? '',
     prompts: code.map(({node, index}) =>
@@ -36,9 +34,11 @@ PAGE_STATE_JS = """([IMAGE, WIDGET]) => {
     errors: code.flatMap(({node, index}) =>
       [...node.querySelectorAll('.jp-OutputArea-output')].filter(isError)
         .map(out => [index, out.innerText])),
-    images: outputs(IMAGE).filter(out =>
-      [...out.querySelectorAll('img')].some(img => img.complete && img.naturalWidth > 0)).length,
-    widgets: outputs(WIDGET).length,
+    images: [...document.querySelectorAll(
+        `.jp-Notebook .jp-OutputArea-output[data-mime-type="${IMAGE}"] img`)]
+      .filter(img => img.complete && img.naturalWidth > 0).length,
+    // A widget view has no data-mime-type: count the views themselves.
+    widgets: document.querySelectorAll('.jp-Notebook .jp-OutputArea-output > .jupyter-widgets').length,
   };
 }"""
 
@@ -46,11 +46,12 @@ PAGE_STATE_JS = """([IMAGE, WIDGET]) => {
 def test_lesson_runs_in_lab(lab, page, lesson):
     from playwright.sync_api import expect
 
-    nb = nbformat.read(lesson, as_version=4)
-    to_run = {i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and cell.source.strip()}
-    may_raise = {i for i in to_run if "raises-exception" in nb.cells[i].metadata.get("tags", [])}
-    stored = {mime: sum(mime in out.get("data", {}) for cell in nb.cells if cell.cell_type == "code"
-                        for out in cell.outputs) for mime in (IMAGE, WIDGET)}
+    cells = json.loads(lesson.read_text())["cells"]
+    to_run = {i for i, cell in enumerate(cells)
+              if cell["cell_type"] == "code" and "".join(cell["source"]).strip()}
+    may_raise = {i for i in to_run if "raises-exception" in cells[i]["metadata"].get("tags", [])}
+    stored = {mime: sum(mime in out.get("data", {}) for cell in cells if cell["cell_type"] == "code"
+                        for out in cell["outputs"]) for mime in (IMAGE, WIDGET)}
     status = page.locator("#jp-main-statusbar")
 
     page.goto(lab.tree_url(lesson.name))
@@ -61,11 +62,15 @@ def test_lesson_runs_in_lab(lab, page, lesson):
     finally:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=SCREENSHOTS / f"{lesson.stem}.png")
+        started = lab.processes()  # the kernel and whatever the lesson started
         _menu(page, "Kernel", "kernelmenu:shutdown")
         expect(status).to_contain_text("No Kernel")
+        left = lab.survivors(started)
 
     errors = [f"cell {i}:\n{_tail(text)}" for i, text in state["errors"] if i not in may_raise]
-    assert not errors, f"{lesson.name} raised in JupyterLab:\n" + "\n".join(errors)
+    if errors:
+        pytest.fail(f"{lesson.name} raised in JupyterLab:\n" + "\n".join(errors))
+    assert not left, f"{lesson.name}: still running after its kernel shut down (now killed): {left}"
     prompts = dict(state["prompts"])
     not_run = {i: prompts.get(i, "missing") for i in sorted(to_run)
                if not re.fullmatch(r"\[\d+\]:", prompts.get(i, ""))}
@@ -104,7 +109,7 @@ def _wait_for_run(page, to_run, stored):
 def _poll(page, ready, timeout):
     deadline = time.monotonic() + timeout
     while True:
-        state = page.evaluate(PAGE_STATE_JS, [IMAGE, WIDGET])
+        state = page.evaluate(PAGE_STATE_JS, IMAGE)
         if ready(state) or time.monotonic() > deadline:
             return state
         time.sleep(0.5)

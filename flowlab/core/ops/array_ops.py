@@ -6,7 +6,8 @@ import builtins
 import numpy as np
 
 from .. import dtypes
-from ..execute import defop, execute, unary
+from ..errors import InvalidArgumentError
+from ..execute import defop, execute, op_error, unary
 from ..tensor import Tensor, _python_array, convert_to_tensor
 from . import _rules as R
 from . import reduction_ops
@@ -31,7 +32,7 @@ def unbroadcast(g, shape):
     axes = tuple(builtins.range(lead)) + tuple(
         lead + i for i, d in enumerate(shape) if d == 1 and gshape[lead + i] != 1)
     if axes:
-        g = reduction_ops.reduce_sum(g, axis=axes)
+        g = reduction_ops.sum_over(g, axes)
     return reshape(g, shape) if R.shape_of(g) != shape else g
 
 
@@ -105,7 +106,14 @@ def _expand_rule(x, axis):
     return shape[:a] + (1,) + shape[a:], dtype
 
 
-_expand_op = defop("expand_dims", lambda x, axis: np.expand_dims(x, axis), _expand_rule,
+def _expand_kernel(x, axis):
+    if not -x.ndim - 1 <= axis <= x.ndim:
+        raise ValueError(f"axis {axis} is out of range for expand_dims of a rank-{x.ndim} tensor")
+    a = axis % (x.ndim + 1)
+    return x.reshape(x.shape[:a] + (1,) + x.shape[a:])   # np.expand_dims costs 4x more
+
+
+_expand_op = defop("expand_dims", _expand_kernel, _expand_rule,
                    lambda c, g: (reshape(g, R.shape_of(c.inputs[0])),))
 
 
@@ -321,7 +329,11 @@ def gather(params, indices, axis=None, batch_dims=0, name=None):
     if batch_dims:
         raise NotImplementedError("gather: batch_dims is not supported yet; gather per batch element instead")
     params = convert_to_tensor(params)
-    return execute(_gather_op, (params, indices), {"axis": R.norm_axis(int(axis or 0), params.ndim)})
+    try:
+        a = R.norm_axis(int(axis or 0), params.ndim)
+    except InvalidArgumentError as e:
+        raise op_error(_gather_op, (params,), {"axis": axis}, str(e)) from None
+    return execute(_gather_op, (params, indices), {"axis": a})
 
 
 def _one_hot_kernel(indices, depth, on_value, off_value, axis, dtype):
@@ -341,7 +353,7 @@ def _one_hot_rule(indices, depth, on_value, off_value, axis, dtype):
     return shape, np.dtype(dtype)
 
 
-_one_hot_op = defop("one_hot", _one_hot_kernel, _one_hot_rule)
+_one_hot_op = defop("one_hot", _one_hot_kernel, _one_hot_rule, strict=True)
 
 
 def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None, name=None):

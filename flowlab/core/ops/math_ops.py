@@ -14,8 +14,8 @@ def _unb(g, x):
     return array_ops.unbroadcast(g, R.shape_of(x))
 
 
-def _binary_op(name, kernel, grad, doc, operator=None, rule=R.elementwise):
-    op = defop(name, kernel, rule, grad, same_dtype=(0, 1), doc=doc)
+def _binary_op(name, kernel, grad, doc, operator=None, rule=R.elementwise, strict=False):
+    op = defop(name, kernel, rule, grad, same_dtype=(0, 1), strict=strict, doc=doc)
     fn = binary(op)
     if operator:
         setattr(Tensor, f"__{operator}__", fn)
@@ -24,7 +24,18 @@ def _binary_op(name, kernel, grad, doc, operator=None, rule=R.elementwise):
 
 
 def _unary_op(name, kernel, grad, doc, rule=R.same):
+    # ops on floats only (sqrt, exp...) are strict: numpy would quietly turn an int32 input into
+    # float64, so only float inputs take the fast path and the rest meet the rule's error
+    if rule is R.floating:
+        return unary(defop(name, kernel, rule, grad, strict=True, doc=doc), kinds="f")
+    if rule is R.logical:
+        return unary(defop(name, kernel, rule, grad, strict=True, doc=doc), kinds="b")
     return unary(defop(name, kernel, rule, grad, doc=doc))
+
+
+def _divide_rule(x, y):
+    shape, dtype = R.elementwise(x, y)
+    return shape, dtype if dtype.kind == "f" else np.dtype(np.float64)
 
 
 # -- arithmetic: forward (kernel) and backward (grad) side by side ----------------------------
@@ -38,7 +49,8 @@ multiply = _binary_op("multiply", np.multiply,
 # d(x/y) = 1/y dx - x/y^2 dy = (dx - z dy) / y
 divide = _binary_op("divide", np.true_divide,
                     lambda c, g: (_unb(g / c.inputs[1], c.inputs[0]), _unb(-g * c.output / c.inputs[1], c.inputs[1])),
-                    "x / y (true division: integers give float64, as in TensorFlow).", "truediv")
+                    "x / y (true division: integers give float64, as in TensorFlow).", "truediv",
+                    rule=_divide_rule)
 floordiv = _binary_op("floordiv", np.floor_divide, None, "x // y, rounding toward -inf. No gradient.", "floordiv")
 floormod = _binary_op("floormod", np.mod,
                       lambda c, g: (_unb(g, c.inputs[0]), _unb(-g * floordiv(c.inputs[0], c.inputs[1]), c.inputs[1])),
@@ -111,20 +123,24 @@ less = _binary_op("less", np.less, None, "x < y elementwise (bool).", rule=R.com
 less_equal = _binary_op("less_equal", np.less_equal, None, "x <= y elementwise (bool).", rule=R.compare)
 greater = _binary_op("greater", np.greater, None, "x > y elementwise (bool).", rule=R.compare)
 greater_equal = _binary_op("greater_equal", np.greater_equal, None, "x >= y elementwise (bool).", rule=R.compare)
-Tensor.__eq__, Tensor.__ne__ = equal, not_equal
+Tensor.__eq__ = lambda self, other: False if other is None else equal(self, other)
+Tensor.__ne__ = lambda self, other: True if other is None else not_equal(self, other)
 Tensor.__lt__, Tensor.__le__, Tensor.__gt__, Tensor.__ge__ = less, less_equal, greater, greater_equal
 logical_and = _binary_op("logical_and", np.logical_and, None, "x and y elementwise (bool inputs).",
-                         "and", rule=R.logical)
-logical_or = _binary_op("logical_or", np.logical_or, None, "x or y elementwise (bool inputs).", "or", rule=R.logical)
+                         "and", rule=R.logical, strict=True)
+logical_or = _binary_op("logical_or", np.logical_or, None, "x or y elementwise (bool inputs).", "or",
+                        rule=R.logical, strict=True)
 logical_not = _unary_op("logical_not", np.logical_not, None, "not x elementwise (bool input).", rule=R.logical)
 Tensor.__invert__ = logical_not
 
 
 # -- where and cast ---------------------------------------------------------------------------
 def _where_rule(cond, x, y):
-    if R.spec(cond)[1] != R.BOOL:
-        R.fail(f"condition must be bool, got {R.spec(cond)[1].name}")
-    return R.elementwise(cond, x, y)[0], R.elementwise(x, y)[1]
+    cshape, cdtype = R.spec(cond)
+    if cdtype != R.BOOL:
+        R.fail(f"condition must be bool, got {cdtype.name}")
+    shape, dtype = R.elementwise(x, y)
+    return R.broadcast_shapes(cshape, shape), dtype
 
 
 def _where_grad(c, g):
@@ -133,8 +149,16 @@ def _where_grad(c, g):
     return None, _unb(where(cond, g, zero), x), _unb(where(cond, zero, g), y)
 
 
-_where_op = defop("where", np.where, _where_rule, _where_grad, same_dtype=(1, 2))
-_nonzero_op = defop("where_indices", lambda c: np.argwhere(c), lambda c: ((None, len(R.shape_of(c))), np.int64))
+_where_op = defop("where", np.where, _where_rule, _where_grad, same_dtype=(1, 2), strict=True)
+
+
+def _nonzero_rule(c):
+    if R.spec(c)[1] != R.BOOL:
+        R.fail(f"condition must be bool, got {R.spec(c)[1].name}")
+    return (None, len(R.shape_of(c))), np.dtype(np.int64)
+
+
+_nonzero_op = defop("where_indices", lambda c: np.argwhere(c), _nonzero_rule, strict=True)
 
 
 def where(condition, x=None, y=None, name=None):

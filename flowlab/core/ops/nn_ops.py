@@ -29,9 +29,9 @@ def _softmax_rule(logits, axis):
 
 
 # d softmax: y * (g - sum(g * y));  d log_softmax: g - softmax * sum(g)
-_softmax_op = defop("softmax", _softmax_kernel, _softmax_rule, lambda c, g: (
+_softmax_op = defop("softmax", _softmax_kernel, _softmax_rule, strict=True, grad=lambda c, g: (
     c.output * (g - reduction_ops.reduce_sum(g * c.output, axis=c.attrs["axis"], keepdims=True)),))
-_log_softmax_op = defop("log_softmax", _log_softmax_kernel, _softmax_rule, lambda c, g: (
+_log_softmax_op = defop("log_softmax", _log_softmax_kernel, _softmax_rule, strict=True, grad=lambda c, g: (
     g - math_ops.exp(c.output) * reduction_ops.reduce_sum(g, axis=c.attrs["axis"], keepdims=True),))
 
 
@@ -68,7 +68,8 @@ def _xent_grad(c, g):
             g * (softmax(logits, axis) - labels) if c.needs[1] else None)
 
 
-_xent_op = defop("softmax_cross_entropy_with_logits", _xent_kernel, _xent_rule, _xent_grad, same_dtype=(0, 1))
+_xent_op = defop("softmax_cross_entropy_with_logits", _xent_kernel, _xent_rule, _xent_grad, same_dtype=(0, 1),
+                 strict=True)
 
 
 def softmax_cross_entropy_with_logits(labels, logits, axis=-1, name=None):
