@@ -76,6 +76,7 @@ def execute(op: OpDef, inputs, attrs=NO_ATTRS):
     for x in inputs:
         if not isinstance(x, Tensor):
             inputs = _prepare(op, inputs)
+            device = _first_device(inputs)
             break
         if x._device is not None:
             device = x._device
@@ -88,10 +89,15 @@ def execute(op: OpDef, inputs, attrs=NO_ATTRS):
         except InvalidArgumentError as e:
             raise op_error(op, inputs, attrs, str(e)) from None
     if st.device_stack:
-        device = st.device_stack[-1].resolve_eager(_first_device(inputs))
+        device = st.device_stack[-1].resolve_eager(device)
     kernel = op.kernel if device is None else _backend_kernel(op, device)
     try:
-        value = kernel(*[t._value for t in inputs], **attrs)
+        if len(inputs) == 1:
+            value = kernel(inputs[0]._value, **attrs)
+        elif len(inputs) == 2:
+            value = kernel(inputs[0]._value, inputs[1]._value, **attrs)
+        else:
+            value = kernel(*[t._value for t in inputs], **attrs)
     except Exception as e:  # noqa: BLE001 - every kernel failure becomes an error naming the op
         raise explain(op, inputs, attrs, e) from None
     out = _new(Tensor)
@@ -108,6 +114,8 @@ def execute(op: OpDef, inputs, attrs=NO_ATTRS):
 def _record(tapes, op, inputs, attrs, out):
     """Show an op to every recording tape. A Variable input is recorded as a read of its value
     at this moment (the ``read_variable`` op), so a later ``assign`` cannot change the gradient."""
+    if op.grad is None:
+        return
     for i, x in enumerate(inputs):
         if x.__class__ is not Tensor and isinstance(x, Variable):
             if inputs.__class__ is not list:
@@ -116,13 +124,15 @@ def _record(tapes, op, inputs, attrs, out):
             read._value = x._value
             read._device = x._device
             for tape in tapes:
-                tape._record(READ_VARIABLE, (x,), NO_ATTRS, read)
+                tape._record_read(x, read)
             inputs[i] = read
     for tape in tapes:
         tape._record(op, inputs, attrs, out)
 
 
 def _check_dtypes(op, tensors):
+    if len(tensors) == 2 and tensors[0]._value.dtype is tensors[1]._value.dtype:
+        return
     group = op.same_dtype
     first = tensors[0 if group == "all" else group[0]]._value.dtype
     for i in (range(1, len(tensors)) if group == "all" else group[1:]):

@@ -12,8 +12,10 @@ import enum
 import numpy as np
 
 from ._context import state
-from .execute import Call
+from .execute import NO_ATTRS, READ_VARIABLE, Call
 from .tensor import Tensor, Variable, convert_to_tensor
+
+_NEEDS_ONE = (True,)
 
 __all__ = ["GradientTape", "UnconnectedGradients"]
 
@@ -85,21 +87,21 @@ class GradientTape:
         return tuple(self._variables.values())
 
     def _record(self, op, inputs, attrs, output):
-        if op.grad is None:
-            return
+        # called by execute() for ops that have a gradient; Variables arrive as reads (below)
         watched = self._watched
-        needs = []
-        hit = False
-        for t in inputs:
-            w = id(t) in watched
-            if not w and self._auto and isinstance(t, Variable) and t.trainable:
-                self._watch(t)
-                w = True
-            needs.append(w)
-            hit = hit or w
-        if hit:
+        needs = [id(t) in watched for t in inputs]
+        if True in needs:
             self._entries.append((op, inputs, attrs, output, needs))
             watched[id(output)] = output
+
+    def _record_read(self, variable, read):
+        """An op read ``variable``: its value then is ``read``, and gradients flow to the variable."""
+        if id(variable) not in self._watched:
+            if not (self._auto and variable.trainable):
+                return
+            self._watch(variable)
+        self._entries.append((READ_VARIABLE, (variable,), NO_ATTRS, read, _NEEDS_ONE))
+        self._watched[id(read)] = read
 
     # -- differentiating -----------------------------------------------------------------------
     def gradient(self, target, sources, output_gradients=None,

@@ -109,9 +109,12 @@ class Optimizer:
 
 
 # -- update rules: (value, grad, slots, lr, step) -> (new value, new slots) -------------------
+# NOTE: ``np.subtract(value, step, out=step)`` writes into the temporary ``step`` (never into
+# ``value``, which tensors may share): one allocation per update instead of two.
 def _sgd(value, grad, slots, lr, momentum, nesterov):
     if not momentum:
-        return value - lr * grad, {}
+        step = np.asarray(lr * grad)   # asarray: a 0-d result comes back as a numpy scalar
+        return np.subtract(value, step, out=step), {}
     velocity = momentum * slots["momentum"] - lr * grad
     if nesterov:
         return value + momentum * velocity - lr * grad, {"momentum": velocity}
@@ -123,7 +126,11 @@ def _adam(value, grad, slots, lr, step, beta_1, beta_2, epsilon):
     v = beta_2 * slots["v"] + (1 - beta_2) * (grad * grad)
     # bias correction folded into the step size, as in the Adam paper's efficient form
     alpha = lr * math.sqrt(1 - beta_2 ** step) / (1 - beta_1 ** step)
-    return value - alpha * m / (np.sqrt(v) + epsilon), {"m": m, "v": v}
+    update = np.asarray(np.sqrt(v))
+    update += epsilon
+    np.divide(m, update, out=update)
+    update *= alpha
+    return np.subtract(value, update, out=update), {"m": m, "v": v}
 
 
 def _adadelta(value, grad, slots, lr, rho, epsilon):

@@ -433,6 +433,31 @@ def _sparse_xent(draw):
     return (lambda y, z: fl.nn.sparse_softmax_cross_entropy_with_logits(y, z)), [labels, 2 * normal(rng, shape)]
 
 
+@case("reduce_grad")
+def _reduce_grad(draw):
+    # a reduction's backward op: reshape to the kept shape, scale, broadcast over the reduced axes
+    rng = np.random.default_rng(draw(seeds))
+    shape = draw(nonscalar_shapes)
+    axis = tuple(sorted(draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
+    keepdims = draw(st.booleans())
+    scale = draw(st.sampled_from([1, 0.25]))
+    g_shape = tuple(1 if i in axis else d for i, d in enumerate(shape) if keepdims or i not in axis)
+    op = get_op("reduce_grad")
+    attrs = {"axis": axis, "keepdims": keepdims, "shape": shape, "scale": scale}
+    return (lambda g: execute(op, (g,), attrs)), [normal(rng, g_shape)]
+
+
+@case("sparse_softmax_cross_entropy_grad")
+def _sparse_xent_grad(draw):
+    # the backward op of sparse cross-entropy: g * (softmax(z) - one_hot(labels)); differentiable
+    # in g and z, so second-order gradients through the loss work
+    rng = np.random.default_rng(draw(seeds))
+    shape = draw(nonscalar_shapes)
+    labels = rng.integers(0, shape[-1], shape[:-1])
+    op = get_op("sparse_softmax_cross_entropy_grad")
+    return (lambda g, y, z: execute(op, (g, y, z))), [normal(rng, shape[:-1]), labels, 2 * normal(rng, shape)]
+
+
 FD_OPTIONS = {  # cast to float32 rounds: a long step (cast is linear, so the difference stays exact)
     "cast-float64-to-float32": {"step": 2.0**-4, "rtol": 1e-5, "atol": 1e-5},
     "cast-float32-to-float64": {"step": 2.0**-4, "rtol": 1e-5, "atol": 1e-5},

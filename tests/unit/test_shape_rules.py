@@ -74,6 +74,10 @@ CASES = [
     ("floormod", "", lambda: fl.floormod(f64([3]), f64([2, 1]))),
     ("gather", "axis 1, 2-d indices", lambda: fl.gather(f32([3, 4, 2]), [[0, 3], [1, 1], [2, 0]], axis=1)),
     ("gather_grad", "", lambda: grad_of(lambda x: fl.gather(x, [[0, 2], [2, 2]], axis=1), f32([2, 3]))),
+    ("reduce_grad", "mean, axis 1", lambda: grad_of(lambda x: fl.reduce_mean(x, axis=1), f32([2, 3]))),
+    ("reduce_grad", "sum, keepdims", lambda: grad_of(lambda x: fl.reduce_sum(x, axis=0, keepdims=True), f32([2, 3]))),
+    ("sparse_softmax_cross_entropy_grad", "", lambda: grad_of(
+        lambda z: fl.nn.sparse_softmax_cross_entropy_with_logits([[0, 2], [1, 1]], z), f32([2, 2, 3]))),
     ("getitem", "basic", lambda: f32([4, 5, 6])[1:, ::2, -1]),
     ("getitem", "None and Ellipsis", lambda: f32([4, 5, 6])[None, ..., 0]),
     ("getitem", "int arrays", lambda: f32([4, 5])[[0, 3, 1], [4, 4, 0]]),
@@ -154,6 +158,7 @@ class _Recorder:
 
     def __init__(self, seen):
         self._record = lambda op, inputs, attrs, output: seen(op, inputs, attrs, output)
+        self._record_read = lambda variable, read: seen(get_op("read_variable"), (variable,), {}, read)
 
 
 @contextlib.contextmanager

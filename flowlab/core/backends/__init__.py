@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from . import numpy_backend
 
-__all__ = ["numpy_backend", "backend_for_device", "to_numpy", "device_of_array"]
+import numpy as np
+
+__all__ = ["numpy_backend", "backend_for_device", "to_numpy", "device_of_array", "array_module"]
+
+
+def array_module(array):
+    """numpy or cupy, whichever ``array`` belongs to: for kernels that create arrays (zeros, arange)."""
+    if type(array) is np.ndarray or isinstance(array, np.generic):
+        return np
+    return _cupy().xp
 
 
 def _cupy():

@@ -6,6 +6,7 @@ import builtins
 import numpy as np
 
 from .. import dtypes
+from ..backends import array_module
 from ..errors import InvalidArgumentError
 from ..execute import defop, execute, op_error, unary
 from ..tensor import Tensor, _python_array, convert_to_tensor
@@ -248,7 +249,7 @@ def _getitem_rule(x, key):
 
 
 def _scatter_kernel(g, key, shape):
-    out = np.zeros(shape, dtype=g.dtype)
+    out = array_module(g).zeros(shape, dtype=g.dtype)
     if builtins.any(isinstance(k, np.ndarray) for k in key):
         np.add.at(out, key, g)  # advanced indices may repeat: accumulate
     else:
@@ -310,7 +311,7 @@ def _gather_kernel(params, indices, axis):
 
 
 def _gather_grad_kernel(g, indices, axis, shape):
-    out = np.zeros(shape, dtype=g.dtype)
+    out = array_module(g).zeros(shape, dtype=g.dtype)
     # move the gathered axis first so that np.add.at accumulates repeated indices
     np.add.at(np.moveaxis(out, axis, 0), indices,
               np.moveaxis(g, tuple(builtins.range(axis, axis + indices.ndim)), tuple(builtins.range(indices.ndim))))
@@ -337,8 +338,9 @@ def gather(params, indices, axis=None, batch_dims=0, name=None):
 
 
 def _one_hot_kernel(indices, depth, on_value, off_value, axis, dtype):
-    hot = indices[..., None] == np.arange(depth)   # out-of-range indices give an all-off row
-    out = np.where(hot, np.asarray(on_value, dtype), np.asarray(off_value, dtype))
+    xp = array_module(indices)
+    hot = indices[..., None] == xp.arange(depth)   # out-of-range indices give an all-off row
+    out = xp.where(hot, xp.asarray(on_value, dtype), xp.asarray(off_value, dtype))
     return out if axis == -1 else np.moveaxis(out, -1, axis)
 
 

@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from .. import dtypes
+from ..backends import array_module
 from ..errors import InvalidArgumentError
 from ..execute import defop, execute, op_error
 from ..tensor import Tensor, convert_to_tensor
@@ -31,13 +32,32 @@ def _kept_shape(x, axis):
     return tuple(1 if axis is None or i in axis else d for i, d in enumerate(shape))
 
 
-def _spread(c, g):
-    """Broadcast an upstream gradient back over the reduced axes."""
-    x = c.inputs[0]
-    axis = c.attrs["axis"]
-    if not c.attrs["keepdims"]:
-        g = array_ops.reshape(g, _kept_shape(x, axis))
-    return array_ops.broadcast_to(g, R.shape_of(x))
+def _spread_kernel(g, axis, keepdims, shape, scale):
+    if not keepdims:
+        g = g.reshape(tuple(1 if axis is None or i in axis else d for i, d in enumerate(shape)))
+    out = array_module(g).empty(shape, dtype=g.dtype)
+    np.multiply(g, scale, out=out) if scale != 1 else np.copyto(out, g)
+    return out
+
+
+def _spread_rule(g, axis, keepdims, shape, scale):
+    return tuple(shape), R.spec(g)[1]
+
+
+# The backward pass of a reduction is one op: reshape the upstream gradient to the kept shape,
+# scale it (1/n for a mean) and broadcast it over the reduced axes. Its own gradient sums back.
+def _spread_grad(c, gg):
+    total = execute(_REDUCE_OPS["reduce_sum"], (gg,), {"axis": c.attrs["axis"], "keepdims": c.attrs["keepdims"]})
+    return (total * c.attrs["scale"] if c.attrs["scale"] != 1 else total,)
+
+
+_spread_op = defop("reduce_grad", _spread_kernel, _spread_rule, _spread_grad)
+
+
+def _spread(c, g, scale=1):
+    """Broadcast an upstream gradient back over the reduced axes (times ``scale``)."""
+    return execute(_spread_op, (g,), {"axis": c.attrs["axis"], "keepdims": c.attrs["keepdims"],
+                                      "shape": R.shape_of(c.inputs[0]), "scale": scale})
 
 
 def _count(c):
@@ -98,7 +118,7 @@ def _keep_int(x):
 reduce_sum = _defreduce("reduce_sum", lambda x, axis, keepdims: x.sum(axis=axis, keepdims=keepdims, dtype=_keep_int(x)),
                         lambda c, g: (_spread(c, g),),
                         "Sum over ``axis`` (all axes when None); ``keepdims`` keeps them as size 1.")
-reduce_mean = _defreduce("reduce_mean", _mean_kernel, lambda c, g: (_spread(c, g / _count(c)),),
+reduce_mean = _defreduce("reduce_mean", _mean_kernel, lambda c, g: (_spread(c, g, 1 / _count(c)),),
                          "Mean over ``axis`` (integers give an integer mean, as in TensorFlow).")
 reduce_max = _defreduce("reduce_max", lambda x, axis, keepdims: x.max(axis=axis, keepdims=keepdims),
                         _extreme_grad, "Maximum over ``axis``.")
