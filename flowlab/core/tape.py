@@ -138,7 +138,8 @@ class GradientTape:
             if paused:
                 st.push("tapes", self)
         if not self._persistent:
-            self._entries = []
+            self._entries = []    # a spent tape lets go of every tensor it kept
+            self._watched = dict(self._variables)
         result = []
         for s in flat_sources:
             g = grads.get(id(s))
