@@ -12,13 +12,17 @@ from . import errors  # noqa: F401
 from .core import config, random  # noqa: F401
 from .core.dtypes import (DType, as_dtype, bool_, float16, float32, float64, int8, int16,  # noqa: F401
                           int32, int64, uint8)
+from .core.device import DeviceSpec, device  # noqa: F401
 from .core.errors import InvalidArgumentError  # noqa: F401
 from .core.ops import *  # noqa: F401,F403
+from .core.function import TensorSpec, function  # noqa: F401
+from .core.graph import Graph  # noqa: F401
 from .core.shape import TensorShape  # noqa: F401
 from .core.tape import GradientTape, UnconnectedGradients  # noqa: F401
 from .core.tensor import Tensor, Variable, constant, convert_to_tensor, is_tensor  # noqa: F401
 from .nn import optimizers  # noqa: F401
 from . import datasets, nn  # noqa: F401
+from . import debugging  # noqa: F401
 
 bool = bool_  # noqa: A001 - ``fl.bool`` as ``tf.bool``; Python's bool is untouched outside this namespace
 

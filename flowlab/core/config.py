@@ -1,15 +1,22 @@
-"""Process-wide settings: BLAS threads.
+"""Process-wide settings: BLAS threads and logical devices.
 
 Small matmuls run 2 to 3 times faster with one BLAS thread than with two on a 2-core machine
 (threads spin up and synchronise for microseconds of work), and worker processes that share a
 machine should not each start a full thread pool. So importing flowlab sets BLAS to
 ``FLOWLAB_BLAS_THREADS`` threads (default 1); ``set_blas_threads`` changes it at any time.
+
+Logical devices let one process act as several (``set_logical_devices``): placement lessons and
+mirrored strategies run on a laptop. Where they run is in ``backends.backend_for_device``.
 """
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 
-__all__ = ["set_blas_threads", "get_blas_threads", "blas_info"]
+from .backends import gpu_count
+
+__all__ = ["set_blas_threads", "get_blas_threads", "blas_info", "set_logical_devices", "list_logical_devices",
+           "list_physical_devices", "LogicalDevice", "PhysicalDevice"]
 
 _DEFAULT = "FLOWLAB_BLAS_THREADS"
 _limiter = None
@@ -46,3 +53,65 @@ def _apply_default() -> None:
         set_blas_threads(int(value))
     except ValueError:
         raise ValueError(f"{_DEFAULT} must be a whole number of threads >= 1, got {value!r}") from None
+
+
+# -- logical devices --------------------------------------------------------------------------
+LogicalDevice = namedtuple("LogicalDevice", "name device_type")
+PhysicalDevice = namedtuple("PhysicalDevice", "name device_type")
+_logical = {"CPU": 1, "GPU": None}   # None: one logical GPU per real GPU
+_version = 0                         # bumped by every change: cached placements are redone
+
+
+def set_logical_devices(device_type: str, count: int | None) -> None:
+    """Give this process ``count`` logical devices of ``device_type`` ("CPU" or "GPU"); None
+    restores the default (1 CPU; as many GPUs as the machine has, 0 without one).
+
+    A logical GPU runs on the numpy backend where there is no real GPU, so ``/gpu:1`` works on a
+    laptop; with real GPUs, logical GPU N runs with CuPy on real GPU N mod their count (TensorFlow's
+    virtual GPUs also share one GPU). TensorFlow refuses to change this once its runtime has
+    started; flowlab allows it at any time, because a notebook's cells are re-run and edited
+    out of order. Tensors placed before keep their device and values, and ops on them still run;
+    only ``fl.device`` scopes opened on a device that is gone fail, naming the devices there are.
+
+    >>> import flowlab as fl
+    >>> fl.config.set_logical_devices("GPU", 2)
+    >>> [d.name[-5:] for d in fl.config.list_logical_devices("GPU")]
+    ['GPU:0', 'GPU:1']
+    >>> fl.config.set_logical_devices("GPU", None)
+    """
+    global _version
+    kind = _kind(device_type)
+    if count is not None and (int(count) != count or count < (1 if kind == "CPU" else 0)):
+        raise ValueError(f"set_logical_devices: need a whole number of {kind} devices "
+                         f"(at least {1 if kind == 'CPU' else 0}), got {count!r}")
+    _logical[kind] = None if count is None else int(count)
+    _version += 1
+
+
+def logical_device_count(device_type: str) -> int:
+    n = _logical[_kind(device_type)]
+    return gpu_count() if n is None else n
+
+
+def list_logical_devices(device_type: str | None = None) -> list:
+    """This process's devices, as ``LogicalDevice(name, device_type)`` with full names."""
+    kinds = ("CPU", "GPU") if device_type is None else (_kind(device_type),)
+    return [LogicalDevice(f"/job:localhost/replica:0/task:0/device:{k}:{i}", k)
+            for k in kinds for i in range(logical_device_count(k))]
+
+
+def list_physical_devices(device_type: str | None = None) -> list:
+    """The machine's devices: one CPU, and each GPU that CuPy sees."""
+    kinds = ("CPU", "GPU") if device_type is None else (_kind(device_type),)
+    return [PhysicalDevice(f"/physical_device:{k}:{i}", k) for k in kinds for i in range(1 if k == "CPU" else gpu_count())]
+
+
+def devices_version() -> int:
+    return _version
+
+
+def _kind(device_type) -> str:
+    kind = str(device_type).upper()
+    if kind not in ("CPU", "GPU"):
+        raise ValueError(f"device_type must be \"CPU\" or \"GPU\", not {device_type!r}")
+    return kind

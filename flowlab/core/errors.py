@@ -5,7 +5,7 @@ import linecache
 import os
 import sys
 
-__all__ = ["OpError", "InvalidArgumentError", "user_frame", "describe"]
+__all__ = ["OpError", "InvalidArgumentError", "NumericsError", "user_frame", "describe"]
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../flowlab
 
@@ -23,6 +23,15 @@ class InvalidArgumentError(OpError, ValueError):
     """An op got inputs it cannot compute with: mismatched shapes or dtypes, bad indices or attributes."""
 
 
+class NumericsError(InvalidArgumentError):
+    """An op produced NaN or Inf while numerics were checked (``fl.debugging``). An
+    InvalidArgumentError, as TensorFlow's CheckNumerics raises. ``counts``: (NaN, +Inf, -Inf)."""
+
+    def __init__(self, message: str, op: str | None = None, source: str | None = None, counts=(0, 0, 0)):
+        super().__init__(message, op, source)
+        self.counts = counts
+
+
 def user_frame(skip_dirs=(_PKG_DIR,)):
     """The innermost stack frame that is not flowlab's (nor numpy's): where the user called us."""
     f = sys._getframe(1)
@@ -35,7 +44,13 @@ def user_frame(skip_dirs=(_PKG_DIR,)):
 
 
 def source_line(frame=None) -> str | None:
-    """'file:line: code' for the user's frame, or None when there is no such frame."""
+    """'file:line: code' for the user's frame, or None when there is no such frame. While a graph
+    runs node by node, it is the line that created the node."""
+    if frame is None:
+        from ._context import state
+        node = state().node
+        if node is not None and node.source:
+            return f"{node.source} (graph node {node.name})"
     frame = frame or user_frame()
     if frame is None:
         return None

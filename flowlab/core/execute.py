@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import device as _devices
 from ._context import ACTIVE, state
+from .backends import kernel_for_device
 from .dtypes import numpy_dtype
 from .errors import InvalidArgumentError, describe, source_line
 from .tensor import Tensor, Variable, _numpy_array, _python_array
@@ -28,23 +30,26 @@ NO_ATTRS: dict = {}
 class OpDef:
     """One op: ``kernel(*arrays, **attrs) -> array``; ``shape_rule(*specs, **attrs) -> (shape, dtype)``;
     ``grad(call, g) -> tuple of input gradients`` (None for no gradient). ``same_dtype``: input
-    positions (or "all") that must share a dtype; Python values there take that dtype."""
+    positions (or "all") that must share a dtype; Python values there take that dtype. ``strict``:
+    the kernel would accept inputs the op must refuse (numpy's sqrt takes ints), so the shape rule
+    is checked before every run. ``stateful``: it reads or changes state (variables, random
+    generators), so graph passes never fold, merge, drop or reorder it."""
 
-    __slots__ = ("name", "kernel", "shape_rule", "grad", "same_dtype", "strict", "kernels", "doc")
+    __slots__ = ("name", "kernel", "shape_rule", "grad", "same_dtype", "strict", "stateful", "kernels", "doc")
 
-    def __init__(self, name, kernel, shape_rule, grad=None, same_dtype=(), strict=False, doc=""):
+    def __init__(self, name, kernel, shape_rule, grad=None, same_dtype=(), strict=False, stateful=False, doc=""):
         self.name, self.kernel, self.shape_rule, self.grad = name, kernel, shape_rule, grad
-        self.same_dtype, self.strict, self.kernels, self.doc = same_dtype, strict, {}, doc
+        self.same_dtype, self.strict, self.stateful, self.kernels, self.doc = same_dtype, strict, stateful, {}, doc
 
     def __repr__(self):
         return f"<op {self.name}>"
 
 
-def defop(name, kernel, shape_rule, grad=None, same_dtype=(), strict=False, doc="") -> OpDef:
+def defop(name, kernel, shape_rule, grad=None, same_dtype=(), strict=False, stateful=False, doc="") -> OpDef:
     """Add an op to the table (one entry per op; the name must be new)."""
     if name in _OPS:
         raise ValueError(f"op {name!r} is already defined")
-    op = _OPS[name] = OpDef(name, kernel, shape_rule, grad, same_dtype, strict, doc)
+    op = _OPS[name] = OpDef(name, kernel, shape_rule, grad, same_dtype, strict, stateful, doc)
     return op
 
 
@@ -88,9 +93,9 @@ def execute(op: OpDef, inputs, attrs=NO_ATTRS):
             op.shape_rule(*inputs, **attrs)
         except InvalidArgumentError as e:
             raise op_error(op, inputs, attrs, str(e)) from None
-    if st.device_stack:
-        device = st.device_stack[-1].resolve_eager(device)
-    kernel = op.kernel if device is None else _backend_kernel(op, device)
+    kernel = op.kernel
+    if device is not None or st.device_stack or _devices._log_placement:
+        device, kernel = _devices.place(op, device, st.device_stack)
     try:
         if len(inputs) == 1:
             value = kernel(inputs[0]._value, **attrs)
@@ -196,7 +201,7 @@ def _numpy_to(x, dtype):
 
 
 def _place(st, tensors):
-    """The device an eager op runs on: None is the default CPU. Device scopes come with placement."""
+    """The device an eager op on ``tensors`` runs on: None is the default CPU (see core/device.py)."""
     device = _first_device(tensors)
     if st.device_stack:
         device = st.device_stack[-1].resolve_eager(device)
@@ -204,8 +209,7 @@ def _place(st, tensors):
 
 
 def _backend_kernel(op, device):
-    from .backends import backend_for_device
-    return backend_for_device(device).kernel(op)
+    return kernel_for_device(op, device)
 
 
 def explain(op, tensors, attrs, error) -> InvalidArgumentError:

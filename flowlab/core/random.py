@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes
+from ._context import state
+from .execute import defop, execute
 from .tensor import Tensor
 
 __all__ = ["set_seed", "normal", "uniform", "truncated_normal", "shuffle"]
@@ -34,35 +36,56 @@ def _floating(dtype, fn):
     return d.as_numpy_dtype
 
 
+def _draw(kind, shape, dtype, seed, **params):
+    """Inside a graph, a node that draws new numbers each time the graph runs; eagerly, the numbers."""
+    attrs = {"kind": kind, "shape": _shape(shape), "dtype": np.dtype(dtype), "seed": seed, "params": params}
+    if state().graph is not None:
+        return execute(_RANDOM, (), attrs)
+    return Tensor(_random_kernel(**attrs))
+
+
+def _random_kernel(*, kind, shape, dtype, seed, params):
+    rng = _rng(seed)
+    if kind == "normal":
+        out = rng.normal(params["mean"], params["stddev"], shape)
+    elif kind == "uniform":
+        out = rng.uniform(params["minval"], params["maxval"], shape)
+    elif kind == "integers":
+        out = rng.integers(params["minval"], params["maxval"], shape)
+    else:  # truncated normal: redraw anything beyond two standard deviations
+        out = rng.standard_normal(shape)
+        bad = np.abs(out) > 2
+        while bad.any():
+            out[bad] = rng.standard_normal(int(bad.sum()))
+            bad = np.abs(out) > 2
+        out = out * params["stddev"] + params["mean"]
+    return out.astype(dtype)
+
+
+_RANDOM = defop("random", _random_kernel, lambda *, kind, shape, dtype, seed, params: (shape, dtype), stateful=True,
+                doc="Random numbers, drawn anew each time the graph runs.")
+
+
 def normal(shape, mean=0.0, stddev=1.0, dtype=dtypes.float32, seed=None, name=None):
     """Samples from a normal distribution."""
-    np_dtype = _floating(dtype, "normal")
-    return Tensor(_rng(seed).normal(mean, stddev, _shape(shape)).astype(np_dtype))
+    return _draw("normal", shape, _floating(dtype, "normal"), seed, mean=mean, stddev=stddev)
 
 
 def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=dtypes.float32, seed=None, name=None):
     """Normal samples, redrawn until each lies within two standard deviations of the mean."""
-    np_dtype = _floating(dtype, "truncated_normal")
-    rng = _rng(seed)
-    out = rng.standard_normal(_shape(shape))
-    bad = np.abs(out) > 2
-    while bad.any():
-        out[bad] = rng.standard_normal(int(bad.sum()))
-        bad = np.abs(out) > 2
-    return Tensor((out * stddev + mean).astype(np_dtype))
+    return _draw("truncated", shape, _floating(dtype, "truncated_normal"), seed, mean=mean, stddev=stddev)
 
 
 def uniform(shape, minval=0, maxval=None, dtype=dtypes.float32, seed=None, name=None):
     """Uniform samples in [minval, maxval) (maxval defaults to 1 for floats; required for ints)."""
     d = dtypes.as_dtype(dtype)
-    rng = _rng(seed)
     if d.is_integer:
         if maxval is None:
             raise ValueError("random.uniform with an integer dtype needs maxval")
-        return Tensor(rng.integers(minval, maxval, _shape(shape)).astype(d.as_numpy_dtype))
+        return _draw("integers", shape, d.as_numpy_dtype, seed, minval=minval, maxval=maxval)
     if not d.is_floating:
         raise TypeError(f"random.uniform makes numbers, not {d.name}")
-    return Tensor(rng.uniform(minval, 1.0 if maxval is None else maxval, _shape(shape)).astype(d.as_numpy_dtype))
+    return _draw("uniform", shape, d.as_numpy_dtype, seed, minval=minval, maxval=1.0 if maxval is None else maxval)
 
 
 def shuffle(value, seed=None, name=None):

@@ -143,10 +143,10 @@ class GradientTape:
         result = []
         for s in flat_sources:
             g = grads.get(id(s))
-            if g is not None and s._value.dtype.kind not in "fc":
+            if g is not None and not s.dtype.is_floating:
                 g = None    # integer and bool sources have no gradient
             if g is None and unconnected is UnconnectedGradients.ZERO:
-                g = Tensor(np.zeros_like(s._value), s._device)
+                g = _fill_like(s, 0)
             result.append(g)
         return _unflatten(sources, result)
 
@@ -155,7 +155,7 @@ class GradientTape:
         for t, seed in zip(targets, seeds):
             if not isinstance(t, Tensor):
                 raise TypeError(f"gradient target must be a tensor, not {type(t).__name__}")
-            g = Tensor(np.ones_like(t._value), t._device) if seed is None else convert_to_tensor(seed, dtype=t.dtype)
+            g = _fill_like(t, 1) if seed is None else convert_to_tensor(seed, dtype=t.dtype)
             prev = grads.get(id(t))
             grads[id(t)] = g if prev is None else prev + g
         for op, inputs, attrs, output, needs in reversed(self._entries):
@@ -170,6 +170,14 @@ class GradientTape:
                 prev = grads.get(k)
                 grads[k] = gx if prev is None else prev + gx
         return grads
+
+
+def _fill_like(t, value):
+    """Ones or zeros shaped like ``t``: eager, or as graph ops for a graph tensor."""
+    if getattr(t, "_value", None) is not None:
+        return Tensor((np.ones_like if value else np.zeros_like)(t._value), t._device)
+    from .ops import math_ops
+    return (math_ops.ones_like if value else math_ops.zeros_like)(t)
 
 
 class _Paused:

@@ -175,7 +175,10 @@ class Variable(Tensor):
         if callable(initial_value):
             initial_value = initial_value()
         t = convert_to_tensor(initial_value, dtype=dtype)
-        value = t._value
+        value = getattr(t, "_value", None)
+        if value is None:
+            raise ValueError("a Variable needs a concrete initial value, but got a graph tensor: create "
+                             "variables outside @fl.function (or from eager values such as fl.zeros)")
         self._value = np.array(value) if type(value) is np.ndarray or isinstance(value, np.generic) else value.copy()
         self._device = t._device
         self.trainable = bool(trainable)
@@ -194,17 +197,34 @@ class Variable(Tensor):
                 f"{tuple(t._value.shape)}\n  at {source_line()}", op=op)
         return t._value
 
+    def _in_graph(self, value, mode):
+        from ._context import state
+        graph = state().graph
+        if graph is None:
+            return False
+        from .execute import execute, get_op
+        if not isinstance(value, Tensor):
+            value = np.asarray(value, dtype=self._value.dtype)   # Python values take the variable's dtype
+        execute(get_op("assign"), (value,), {"variable": self, "mode": mode})
+        return True
+
     def assign(self, value, read_value=True):
         """Replace the value (same shape and dtype). Returns the variable."""
+        if self._in_graph(value, "set"):
+            return self if read_value else None
         new = self._checked(value, "assign")
         self._value = new.copy() if isinstance(value, np.ndarray) else new
         return self if read_value else None
 
     def assign_add(self, delta, read_value=True):
+        if self._in_graph(delta, "add"):
+            return self if read_value else None
         self._value = self._value + self._checked(delta, "assign_add")
         return self if read_value else None
 
     def assign_sub(self, delta, read_value=True):
+        if self._in_graph(delta, "sub"):
+            return self if read_value else None
         self._value = self._value - self._checked(delta, "assign_sub")
         return self if read_value else None
 

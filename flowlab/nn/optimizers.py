@@ -12,7 +12,9 @@ import warnings
 import numpy as np
 
 from ..core import dtypes
+from ..core._context import state
 from ..core.errors import InvalidArgumentError, source_line
+from ..core.execute import defop, execute
 from ..core.tape import GradientTape
 from ..core.tensor import Tensor, Variable, convert_to_tensor
 
@@ -39,33 +41,43 @@ class Optimizer:
 
     def apply_gradients(self, grads_and_vars):
         """Apply one step: ``grads_and_vars`` is an iterable of (gradient, variable). Pairs whose
-        gradient is None are skipped (with a warning if every gradient is None)."""
+        gradient is None are skipped (with a warning if every gradient is None). Inside
+        ``@fl.function`` each update becomes a node that runs when the graph runs."""
         pairs = list(grads_and_vars)
         live = [(g, v) for g, v in pairs if g is not None]
         if pairs and not live:
             warnings.warn(f"{self.name}: no gradients for any variable ({[v.name for _, v in pairs]}); "
                           "is the loss computed from them inside the GradientTape?", stacklevel=2)
-        step = int(self.iterations._value) + 1
-        lr = self._lr(step - 1)
         for g, v in live:
             if not isinstance(v, Variable):
                 raise TypeError(f"{self.name}.apply_gradients: expected a Variable, got {type(v).__name__}; "
                                 "only fl.Variable can be updated")
-            garr = convert_to_tensor(g)._value
-            if garr.shape != v._value.shape:
-                raise InvalidArgumentError(
-                    f"{self.name}.apply_gradients: gradient of shape {garr.shape} does not match variable "
-                    f"{v.name!r} of shape {v._value.shape}\n  at {source_line()}", op="apply_gradients")
-            if garr.dtype != v._value.dtype:
-                garr = garr.astype(v._value.dtype)
-            slots = self._slots.get(id(v))
-            if slots is None:
-                slots = self._slots[id(v)] = {s: np.zeros_like(v._value) for s in self._slot_names}
-                self._slot_vars[id(v)] = v
-            v._value, new_slots = self._update(v._value, garr, slots, lr, step)
-            slots.update(new_slots)
+        if state().graph is not None:
+            for g, v in live:
+                execute(_UPDATE, (g,), {"optimizer": self, "variable": v})
+            execute(_ADVANCE, (), {"optimizer": self})
+            return self.iterations
+        step = int(self.iterations._value) + 1
+        lr = self._lr(step - 1)
+        for g, v in live:
+            self._apply_one(v, convert_to_tensor(g)._value, lr, step)
         self.iterations._value = self.iterations._value + 1
         return self.iterations
+
+    def _apply_one(self, v, garr, lr, step):
+        if garr.shape != v._value.shape:
+            raise InvalidArgumentError(
+                f"{self.name}.apply_gradients: gradient of shape {garr.shape} does not match variable "
+                f"{v.name!r} of shape {v._value.shape}\n  at {source_line()}", op="apply_gradients")
+        if garr.dtype != v._value.dtype:
+            garr = garr.astype(v._value.dtype)
+        slots = self._slots.get(id(v))
+        if slots is None:
+            slots = self._slots[id(v)] = {s: np.zeros_like(v._value) for s in self._slot_names}
+            self._slot_vars[id(v)] = v
+        v._value, new_slots = self._update(v._value, garr, slots, lr, step)
+        slots.update(new_slots)
+        return v._value
 
     def minimize(self, loss, var_list, tape=None):
         """Compute gradients of ``loss`` (a callable, or a tensor recorded on ``tape``) with respect
@@ -138,6 +150,27 @@ def _adadelta(value, grad, slots, lr, rho, epsilon):
     delta = np.sqrt(slots["accum_var"] + epsilon) / np.sqrt(accum_grad + epsilon) * grad
     accum_var = rho * slots["accum_var"] + (1 - rho) * (delta * delta)
     return value - lr * delta, {"accum_grad": accum_grad, "accum_var": accum_var}
+
+
+# -- the graph form of apply_gradients: one node per variable, then one that counts the step ----
+def _update_kernel(grad, *, optimizer, variable):
+    step = int(optimizer.iterations._value) + 1
+    return optimizer._apply_one(variable, grad, optimizer._lr(step - 1), step)
+
+
+def _update_rule(grad, *, optimizer, variable):
+    return variable._value.shape, variable._value.dtype
+
+
+def _advance_kernel(*, optimizer):
+    optimizer.iterations._value = optimizer.iterations._value + 1
+    return optimizer.iterations._value
+
+
+_UPDATE = defop("optimizer_update", _update_kernel, _update_rule, stateful=True,
+                doc="One optimizer step for one variable, when the graph runs.")
+_ADVANCE = defop("optimizer_advance", _advance_kernel, lambda *, optimizer: ((), np.dtype(np.int64)),
+                 stateful=True, doc="Count one optimizer step, after its updates.")
 
 
 class SGD(Optimizer):

@@ -179,6 +179,7 @@ unary_case("tanh", fl.tanh, normal)
 unary_case("sigmoid", fl.sigmoid, lambda rng, s: 3 * normal(rng, s))
 unary_case("relu", fl.nn.relu, away_from_zero)
 unary_case("identity", fl.identity, normal)
+unary_case("check_numerics", lambda x: fl.debugging.check_numerics(x, "x"), normal)
 # what a tape records when an op reads a Variable: the value at that moment, gradient passes through
 unary_case("read_variable", lambda x: execute(get_op("read_variable"), (x,)), normal)
 
@@ -440,11 +441,23 @@ def _reduce_grad(draw):
     shape = draw(nonscalar_shapes)
     axis = tuple(sorted(draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
     keepdims = draw(st.booleans())
-    scale = draw(st.sampled_from([1, 0.25]))
+    mean = draw(st.booleans())
     g_shape = tuple(1 if i in axis else d for i, d in enumerate(shape) if keepdims or i not in axis)
     op = get_op("reduce_grad")
-    attrs = {"axis": axis, "keepdims": keepdims, "shape": shape, "scale": scale}
-    return (lambda g: execute(op, (g,), attrs)), [normal(rng, g_shape)]
+    attrs = {"axis": axis, "keepdims": keepdims, "mean": mean}
+    x = np.zeros(shape)   # only its shape matters: its gradient is None
+    return (lambda g: execute(op, (g, fl.constant(x)), attrs)), [normal(rng, g_shape)]
+
+
+@case("reshape_like")
+def _reshape_like(draw):
+    # the backward op of reshape/expand_dims/squeeze: g takes x's shape at run time
+    rng = np.random.default_rng(draw(seeds))
+    shape = draw(nonscalar_shapes)
+    x = np.zeros(shape[::-1])
+    x = x.reshape(shape)   # same number of elements, a different arrangement than g gets
+    g_shape = (int(np.prod(shape)),)
+    return (lambda g: fl.core.ops.array_ops.reshape_like(g, fl.constant(x))), [normal(rng, g_shape)]
 
 
 @case("sparse_softmax_cross_entropy_grad")

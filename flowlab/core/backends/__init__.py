@@ -10,11 +10,14 @@ CuPy is imported only inside ``cupy_backend``; importing flowlab never needs a G
 """
 from __future__ import annotations
 
-from . import numpy_backend
+import functools
 
 import numpy as np
 
-__all__ = ["numpy_backend", "backend_for_device", "to_numpy", "device_of_array", "array_module"]
+from . import numpy_backend
+
+__all__ = ["numpy_backend", "backend_for_device", "kernel_for_device", "gpu_count", "to_numpy",
+           "device_of_array", "array_module"]
 
 
 def array_module(array):
@@ -29,10 +32,47 @@ def _cupy():
     return cupy_backend
 
 
+@functools.cache
+def gpu_count() -> int:
+    """How many real GPUs CuPy sees here: 0 without CuPy, a driver or a device. Asked once."""
+    try:
+        return _cupy().xp.cuda.runtime.getDeviceCount() if _cupy().xp is not None else 0
+    except Exception:  # noqa: BLE001 - no driver or no device: no GPU
+        return 0
+
+
 def backend_for_device(device):
-    """The backend that runs ops placed on ``device`` (a DeviceSpec, a device string or None)."""
-    kind = getattr(device, "device_type", None) or ("GPU" if "GPU" in str(device).upper() else "CPU")
-    return _cupy() if kind == "GPU" else numpy_backend
+    """The backend that runs ops placed on ``device`` (a DeviceSpec, a device string or None):
+    CuPy for a GPU where the machine has a real one; numpy for CPUs, and for the logical GPUs
+    (``fl.config.set_logical_devices``) of a machine without one."""
+    kind = getattr(device, "device_type", None) or (
+        "GPU" if "GPU" in str(device).upper().rpartition("/")[2] else "CPU")
+    return _cupy() if kind == "GPU" and gpu_count() else numpy_backend
+
+
+def kernel_for_device(op, device):
+    """``op``'s kernel on ``device``, moving its input arrays into that device's memory first.
+    Without a real GPU every array is a numpy array already, and the kernel is returned as it is.
+    Logical GPU N is real GPU N mod the number of real GPUs."""
+    backend = backend_for_device(device)
+    kernel = backend.kernel(op)
+    if not gpu_count():
+        return kernel
+    if backend is numpy_backend:
+        return lambda *arrays, **attrs: kernel(*[to_numpy(a) for a in arrays], **attrs)
+    xp, gpu = backend.xp, _gpu_index(device) % gpu_count()
+
+    def on_gpu(*arrays, **attrs):
+        with xp.cuda.Device(gpu):   # NOTE: asarray copies an array that lives on another GPU
+            return kernel(*[xp.asarray(a) for a in arrays], **attrs)
+    return on_gpu
+
+
+def _gpu_index(device) -> int:
+    if isinstance(device, str):
+        index = device.rpartition(":")[2]
+        return int(index) if index.isdigit() else 0
+    return device.device_index or 0
 
 
 def to_numpy(array):

@@ -25,16 +25,28 @@ def _ints(shape):
 
 
 def unbroadcast(g, shape):
-    """Sum a broadcast gradient back down to ``shape`` (the shape of the input it flowed from)."""
+    """Sum a broadcast gradient back down to ``shape`` (the shape of the input it flowed from).
+    An unknown (None) dimension is taken as not broadcast."""
     gshape = R.shape_of(g)
     if gshape == shape:
         return g
     lead = len(gshape) - len(shape)
-    axes = tuple(builtins.range(lead)) + tuple(
-        lead + i for i, d in enumerate(shape) if d == 1 and gshape[lead + i] != 1)
-    if axes:
-        g = reduction_ops.sum_over(g, axes)
-    return reshape(g, shape) if R.shape_of(g) != shape else g
+    if lead:
+        g = reduction_ops.sum_over(g, tuple(builtins.range(lead)))
+    ones = tuple(i for i, d in enumerate(shape) if d == 1 and gshape[lead + i] != 1)
+    if ones:
+        g = reduction_ops.sum_over(g, ones, keepdims=True)
+    return g
+
+
+_reshape_like_op = defop("reshape_like", lambda g, x: g.reshape(x.shape), lambda g, x: (R.spec(x)[0], R.spec(g)[1]),
+                         lambda c, gg: (reshape_like(gg, c.inputs[0]), None),
+                         doc="g with the shape x has when the graph runs (for gradients of reshapes).")
+
+
+def reshape_like(g, x):
+    """``g`` reshaped to ``x``'s shape at run time (works when dimensions are unknown while tracing)."""
+    return execute(_reshape_like_op, (g, x))
 
 
 # -- reshape, broadcast_to, transpose, expand_dims, squeeze -----------------------------------
@@ -53,7 +65,7 @@ def _reshape_rule(x, shape):
 
 
 _reshape_op = defop("reshape", lambda x, shape: np.reshape(x, shape), _reshape_rule,
-                    lambda c, g: (reshape(g, R.shape_of(c.inputs[0])),))
+                    lambda c, g: (reshape_like(g, c.inputs[0]),))
 
 
 def reshape(tensor, shape, name=None):
@@ -115,7 +127,7 @@ def _expand_kernel(x, axis):
 
 
 _expand_op = defop("expand_dims", _expand_kernel, _expand_rule,
-                   lambda c, g: (reshape(g, R.shape_of(c.inputs[0])),))
+                   lambda c, g: (reshape_like(g, c.inputs[0]),))
 
 
 def expand_dims(input, axis, name=None):  # noqa: A002 - TF's signature
@@ -134,7 +146,7 @@ def _squeeze_rule(x, axis):
 
 
 _squeeze_op = defop("squeeze", lambda x, axis: np.squeeze(x, axis), _squeeze_rule,
-                    lambda c, g: (reshape(g, R.shape_of(c.inputs[0])),))
+                    lambda c, g: (reshape_like(g, c.inputs[0]),))
 
 
 def squeeze(input, axis=None, name=None):  # noqa: A002 - TF's signature

@@ -32,38 +32,36 @@ def _kept_shape(x, axis):
     return tuple(1 if axis is None or i in axis else d for i, d in enumerate(shape))
 
 
-def _spread_kernel(g, axis, keepdims, shape, scale):
+def _spread_kernel(g, x, axis, keepdims, mean):
     if not keepdims:
-        g = g.reshape(tuple(1 if axis is None or i in axis else d for i, d in enumerate(shape)))
-    out = array_module(g).empty(shape, dtype=g.dtype)
-    np.multiply(g, scale, out=out) if scale != 1 else np.copyto(out, g)
+        g = g.reshape(tuple(1 if axis is None or i in axis else d for i, d in enumerate(x.shape)))
+    out = array_module(g).empty(x.shape, dtype=g.dtype)
+    if mean:
+        np.multiply(g, 1 / max(x.size // max(g.size, 1), 1), out=out)
+    else:
+        np.copyto(out, g)
     return out
 
 
-def _spread_rule(g, axis, keepdims, shape, scale):
-    return tuple(shape), R.spec(g)[1]
+def _spread_rule(g, x, axis, keepdims, mean):
+    return R.spec(x)[0], R.spec(g)[1]
+
+
+def _spread_grad(c, gg):
+    reduce = reduce_mean if c.attrs["mean"] else reduce_sum   # the transpose of spreading
+    return reduce(gg, axis=c.attrs["axis"], keepdims=c.attrs["keepdims"]), None
 
 
 # The backward pass of a reduction is one op: reshape the upstream gradient to the kept shape,
-# scale it (1/n for a mean) and broadcast it over the reduced axes. Its own gradient sums back.
-def _spread_grad(c, gg):
-    total = execute(_REDUCE_OPS["reduce_sum"], (gg,), {"axis": c.attrs["axis"], "keepdims": c.attrs["keepdims"]})
-    return (total * c.attrs["scale"] if c.attrs["scale"] != 1 else total,)
-
-
+# divide by the count for a mean, and broadcast it over the reduced axes. The input x is an input
+# only for its shape at run time, so a graph whose batch size is unknown (None) still works.
 _spread_op = defop("reduce_grad", _spread_kernel, _spread_rule, _spread_grad)
 
 
-def _spread(c, g, scale=1):
-    """Broadcast an upstream gradient back over the reduced axes (times ``scale``)."""
-    return execute(_spread_op, (g,), {"axis": c.attrs["axis"], "keepdims": c.attrs["keepdims"],
-                                      "shape": R.shape_of(c.inputs[0]), "scale": scale})
-
-
-def _count(c):
-    shape = R.shape_of(c.inputs[0])
-    axis = c.attrs["axis"]
-    return math.prod(d for i, d in enumerate(shape) if axis is None or i in axis)
+def _spread(c, g, mean=False):
+    """Broadcast an upstream gradient back over the reduced axes (divided by the count for a mean)."""
+    return execute(_spread_op, (g, c.inputs[0]), {"axis": c.attrs["axis"], "keepdims": c.attrs["keepdims"],
+                                                  "mean": mean})
 
 
 def _extreme_grad(c, g):
@@ -80,9 +78,9 @@ def _extreme_grad(c, g):
 _REDUCE_OPS = {}
 
 
-def sum_over(x, axes):
+def sum_over(x, axes, keepdims=False):
     """reduce_sum over already-normalized ``axes`` (a sorted tuple): for gradient rules."""
-    return execute(_REDUCE_OPS["reduce_sum"], (x,), {"axis": axes, "keepdims": False})
+    return execute(_REDUCE_OPS["reduce_sum"], (x,), {"axis": axes, "keepdims": keepdims})
 
 
 def _mean_kernel(x, axis, keepdims):
@@ -118,7 +116,7 @@ def _keep_int(x):
 reduce_sum = _defreduce("reduce_sum", lambda x, axis, keepdims: x.sum(axis=axis, keepdims=keepdims, dtype=_keep_int(x)),
                         lambda c, g: (_spread(c, g),),
                         "Sum over ``axis`` (all axes when None); ``keepdims`` keeps them as size 1.")
-reduce_mean = _defreduce("reduce_mean", _mean_kernel, lambda c, g: (_spread(c, g, 1 / _count(c)),),
+reduce_mean = _defreduce("reduce_mean", _mean_kernel, lambda c, g: (_spread(c, g, mean=True),),
                          "Mean over ``axis`` (integers give an integer mean, as in TensorFlow).")
 reduce_max = _defreduce("reduce_max", lambda x, axis, keepdims: x.max(axis=axis, keepdims=keepdims),
                         _extreme_grad, "Maximum over ``axis``.")

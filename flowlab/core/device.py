@@ -1,0 +1,337 @@
+"""Devices: where an op runs. ``DeviceSpec`` is a parsed device string, ``fl.device`` a scope.
+
+A device string is TensorFlow's ``/job:J/replica:R/task:T/device:TYPE:N``, or a short form of it
+(``/cpu:0``, ``/GPU:1``, ``gpu:0``, ``/job:worker/task:1``); any field may be left out.
+
+The placement rule of an eager op:
+
+- Inside ``fl.device(...)`` it runs on the scope's device. Fields the scope leaves out take this
+  process's defaults, ``/job:localhost/replica:0/task:0/device:CPU:0``: ``/gpu:1`` is GPU:1 of
+  this process, ``/job:localhost`` is its CPU:0. Its inputs' devices do not matter (as in TF).
+- Outside any scope, or inside ``fl.device(None)``, it runs on the device of its first input that
+  is not on the default CPU (so ``a @ b`` with ``a`` on GPU:1 runs on GPU:1), else on the default CPU.
+- Nested scopes merge as TensorFlow merges them: inner fields override outer ones and unset inner
+  fields inherit (``/job:worker`` then ``/gpu:0`` is ``/job:worker/device:GPU:0``). One refinement:
+  an inner device type without an index does not inherit an outer index of another type
+  (``/gpu:1`` then ``/cpu`` is CPU:0, not the CPU:1 of a field-by-field merge).
+
+Tensors on the default CPU keep ``_device`` None, so the eager fast paths test one attribute; any
+other device is stored as its canonical full string.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import numbers
+import sys
+import threading
+
+from . import config
+from ._context import ACTIVE, state
+from .backends import kernel_for_device
+from .errors import InvalidArgumentError, source_line
+
+__all__ = ["DeviceSpec", "device", "current_device_spec", "resolve", "place", "RemoteDeviceError",
+           "DEFAULT_DEVICE", "set_log_device_placement", "get_log_device_placement"]
+
+DEFAULT_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
+_TYPES = ("CPU", "GPU")
+_FORMS = "/job:NAME, /replica:N, /task:N, /device:CPU:N or /device:GPU:N (short: /cpu:N, /gpu:N)"
+
+
+class RemoteDeviceError(NotImplementedError):
+    """An eager op was placed on another job or task, which needs a cluster to run there."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    """A device name, parsed; every field may be None (unset). Frozen and hashable.
+
+    >>> import flowlab as fl
+    >>> spec = fl.DeviceSpec.from_string("/job:worker/gpu:0")
+    >>> spec.device_type, spec.device_index, spec.to_string()
+    ('GPU', 0, '/job:worker/device:GPU:0')
+    >>> spec.make_merged_spec(fl.DeviceSpec(task=1)).to_string()
+    '/job:worker/task:1/device:GPU:0'
+    """
+
+    job: str | None = None
+    replica: int | None = None
+    task: int | None = None
+    device_type: str | None = None
+    device_index: int | None = None
+
+    def __post_init__(self):
+        if self.device_type is not None:
+            object.__setattr__(self, "device_type", _device_type(str(self.device_type), None,
+                                                                   f"device_type={self.device_type!r}"))
+        for field in ("replica", "task", "device_index"):
+            value = getattr(self, field)
+            if value is not None:
+                object.__setattr__(self, field, _number(field, value, None, f"{field}={value!r}"))
+
+    @classmethod
+    def from_string(cls, spec: str) -> "DeviceSpec":
+        """Parse a full or short device string; "" is the unconstrained spec. Device types are
+        case-insensitive. A malformed string raises ValueError naming the part that is wrong."""
+        return _parse(spec)
+
+    def to_string(self) -> str:
+        """TensorFlow's canonical form with only the fields that are set (``/device:GPU:*``: any GPU)."""
+        parts = [f"/job:{self.job}" if self.job is not None else "",
+                 f"/replica:{self.replica}" if self.replica is not None else "",
+                 f"/task:{self.task}" if self.task is not None else ""]
+        if self.device_type is not None:
+            parts.append(f"/device:{self.device_type}:{'*' if self.device_index is None else self.device_index}")
+        return "".join(parts)
+
+    def make_merged_spec(self, other: "DeviceSpec") -> "DeviceSpec":
+        """This spec with every field that ``other`` sets taken from ``other`` (TF's rule)."""
+        return DeviceSpec(*(b if b is not None else a for a, b in zip(_fields(self), _fields(other))))
+
+    def replace(self, **fields) -> "DeviceSpec":
+        return dataclasses.replace(self, **fields)
+
+    def resolve_eager(self, input_device):
+        """Where an eager op runs in a scope on this spec (see the module docstring): None for the
+        default CPU, else a full device string. ``input_device``: the op's own choice without a scope."""
+        if not self:   # fl.device(None): no constraint
+            return input_device
+        device = _resolved(self, config.devices_version())
+        return None if device == DEFAULT_DEVICE else device
+
+    def __bool__(self):
+        return any(f is not None for f in _fields(self))
+
+    __str__ = to_string
+
+    def __repr__(self):
+        set_fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
+                               if getattr(self, f.name) is not None)
+        return f"DeviceSpec({set_fields})"
+
+
+def _fields(spec):
+    return spec.job, spec.replica, spec.task, spec.device_type, spec.device_index
+
+
+def _bad(text, part, why):
+    if text is None:   # from the DeviceSpec constructor
+        return ValueError(f"DeviceSpec({part}) {why}")
+    return ValueError(f"cannot parse device {text!r}: {part!r} {why}; a device string is made of {_FORMS}")
+
+
+def _number(what, value, text, part=None):
+    ok = value.isdecimal() if isinstance(value, str) else (
+        isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0)
+    if not ok:
+        raise _bad(text, part or value, f"gives a {what} that is not a whole number >= 0")
+    return int(value)
+
+
+def _device_type(name, text, part=None):
+    if name.upper() not in _TYPES:
+        raise _bad(text, part or name, f"names device type {name.upper()!r}, which flowlab does not have "
+                                       f"(it has {' and '.join(_TYPES)})")
+    return name.upper()
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(text):
+    if not isinstance(text, str):
+        raise TypeError(f"a device string must be a str, not {type(text).__name__}")
+    fields = {}
+
+    def put(field, value, part):
+        if field in fields:
+            raise _bad(text, part, f"sets {'the device' if field == 'device_type' else field} a second time")
+        fields[field] = value
+
+    for part in text.strip().split("/"):
+        if not part:
+            continue
+        key, *rest = part.split(":")
+        key = key.lower()
+        if key in ("job", "replica", "task"):
+            if len(rest) != 1 or not rest[0]:
+                raise _bad(text, part, f"should read {key}:{'NAME' if key == 'job' else 'N'} "
+                                       f"(a {'name' if key == 'job' else 'number'} after '{key}:')")
+            put(key, rest[0] if key == "job" else _number(key, rest[0], text, part), part)
+            continue
+        if key == "device":          # /device:GPU:1, /device:GPU:*, /device:GPU
+            if not 1 <= len(rest) <= 2:
+                raise _bad(text, part, "should read device:TYPE:N")
+            key, rest = rest[0], rest[1:]
+        elif len(rest) > 1 or not key.isalpha():
+            raise _bad(text, part, "is not a part of a device string")
+        put("device_type", _device_type(key, text, part), part)
+        if rest and rest[0] != "*":
+            fields["device_index"] = _number("device index", rest[0], text, part)
+    return DeviceSpec(**fields)
+
+
+def as_spec(value) -> DeviceSpec:
+    """A DeviceSpec from a spec, a device string or a logical device (anything with a ``.name``)."""
+    if isinstance(value, DeviceSpec):
+        return value
+    if isinstance(value, str):
+        return _parse(value)
+    if isinstance(getattr(value, "name", None), str):
+        return _parse(value.name)
+    raise TypeError(f"expected a device string such as '/gpu:0', a DeviceSpec or None, not {type(value).__name__}")
+
+
+# -- scopes -----------------------------------------------------------------------------------
+def device(device_name):
+    """A scope that places the ops inside it: ``with fl.device("/gpu:1"): ...``.
+
+    ``device_name`` is a device string, a ``DeviceSpec``, or None (no placement inside: ops follow
+    their inputs again). Nested scopes merge (see ``flowlab/core/device.py``); ``as`` gives the
+    merged spec. A device that does not exist is reported when an op runs.
+
+    >>> import flowlab as fl
+    >>> with fl.device("/job:worker"):
+    ...     with fl.device("/gpu:0") as spec:
+    ...         print(spec)
+    /job:worker/device:GPU:0
+    """
+    return _Scope(None if device_name is None else as_spec(device_name))
+
+
+class _Scope:
+    __slots__ = ("spec", "_entered")
+
+    def __init__(self, spec):
+        self.spec, self._entered = spec, []
+
+    def __enter__(self) -> DeviceSpec:
+        st = state()
+        merged = DeviceSpec() if self.spec is None else merge_scopes(current_device_spec(), self.spec)
+        st.push("device_stack", merged)   # counted in ACTIVE: the eager fast paths step aside
+        self._entered.append((st, merged))
+        return merged
+
+    def __exit__(self, *exc):
+        st, merged = self._entered.pop()
+        st.pop("device_stack", merged)
+
+
+def merge_scopes(outer: DeviceSpec, inner: DeviceSpec) -> DeviceSpec:
+    """The spec of a scope ``inner`` opened inside a scope ``outer`` (see the module docstring)."""
+    merged = outer.make_merged_spec(inner)
+    if inner.device_index is None and inner.device_type not in (None, outer.device_type):
+        merged = merged.replace(device_index=None)
+    return merged
+
+
+def current_device_spec() -> DeviceSpec:
+    """The merged spec of the innermost ``fl.device`` scope of this thread (empty outside any)."""
+    stack = state().device_stack
+    return stack[-1] if stack else DeviceSpec()
+
+
+# -- resolution -------------------------------------------------------------------------------
+_LOCAL = DeviceSpec("localhost", 0, 0, "CPU", 0)
+
+
+def resolve(spec, allow_remote: bool = False) -> str:
+    """The canonical full name of the device ``spec`` names, its unset fields taken from
+    ``/job:localhost/replica:0/task:0/device:CPU:0``.
+
+    A local device must exist (``fl.config.list_logical_devices()``), else InvalidArgumentError
+    lists the ones that do. A device of another job or task raises RemoteDeviceError, or with
+    ``allow_remote`` is returned unchecked (a graph node to be run by a cluster).
+
+    >>> from flowlab.core.device import resolve
+    >>> resolve("/cpu:0")
+    '/job:localhost/replica:0/task:0/device:CPU:0'
+    """
+    full = _LOCAL.make_merged_spec(as_spec(spec))
+    name = full.to_string()
+    if (full.job, full.replica, full.task) != (_LOCAL.job, _LOCAL.replica, _LOCAL.task):
+        if allow_remote:
+            return name
+        raise RemoteDeviceError(
+            f"{name} is a device of another task, and running an op there needs a cluster "
+            f"(fl.cluster.LocalCluster, coming soon); flowlab does not run it here instead. This process "
+            f"has: {_have()}" + _at())
+    if full.device_index >= config.logical_device_count(full.device_type):
+        raise InvalidArgumentError(
+            f"no device {name}; this process has: {_have()}; use fl.config.set_logical_devices("
+            f"\"{full.device_type}\", {full.device_index + 1}) to make more" + _at(), source=source_line())
+    return name
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved(spec, version):   # ``version`` changes with the logical devices, so stale entries never match
+    return resolve(spec)
+
+
+def _have():
+    return ", ".join(d.name for d in config.list_logical_devices())
+
+
+def _at():
+    where = source_line()
+    return f"\n  at {where}" if where else ""
+
+
+def place(op, input_device, stack):
+    """The device an eager op runs on (None: the default CPU) and the kernel that runs it there.
+    ``input_device``: its first input's device; ``stack``: the thread's ``device_stack``."""
+    try:
+        device = stack[-1].resolve_eager(input_device) if stack else input_device
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"{op.name}: {e}", op=op.name, source=e.source) from None
+    except RemoteDeviceError as e:
+        raise RemoteDeviceError(f"{op.name}: {e}") from None
+    if _log_placement:
+        _logger.info("Executing op %s in device %s", op.name, device or DEFAULT_DEVICE)
+    if device is None and input_device is None:
+        return None, op.kernel
+    return device, kernel_for_device(op, device)
+
+
+# -- the placement log ------------------------------------------------------------------------
+_logger = logging.getLogger("flowlab.placement")
+_log_placement = False
+_log_lock = threading.Lock()
+
+
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to ``sys.stderr`` as it is when a line is logged: in Jupyter that is the stream of
+    the cell that runs the op, so the line shows under that cell (pytest's capsys sees it too)."""
+
+    def __init__(self):
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+
+def set_log_device_placement(enabled: bool) -> None:
+    """Log every eager op's device, as TensorFlow does, to stderr (logger "flowlab.placement"):
+    ``Executing op matmul in device /job:localhost/replica:0/task:0/device:GPU:1``. While on, every
+    op takes the full dispatch path (slower), so turn it off when done.
+
+    >>> import flowlab as fl
+    >>> fl.debugging.set_log_device_placement(True)
+    >>> y = fl.constant([1.0]) + 1.0      # stderr: Executing op add in device .../device:CPU:0
+    >>> fl.debugging.set_log_device_placement(False)
+    """
+    global _log_placement
+    with _log_lock:
+        if bool(enabled) == _log_placement:
+            return
+        _log_placement = bool(enabled)
+        ACTIVE.add(1 if enabled else -1)
+        if enabled and not any(isinstance(h, _CurrentStderr) for h in _logger.handlers):
+            _logger.addHandler(_CurrentStderr())
+            _logger.setLevel(logging.INFO)
+            _logger.propagate = False   # one line per op, even where the root logger has a handler
+
+
+def get_log_device_placement() -> bool:
+    return _log_placement

@@ -1,0 +1,269 @@
+"""``@fl.function``: trace a Python function into a graph once per input signature, then run the
+graph.
+
+The first call with a new signature (each tensor argument's shape and dtype, each Python value
+itself) runs the Python function with symbolic tensors, which records every op into a ``Graph``;
+Python ``if``/``for`` run at that moment, once. Later calls with the same signature skip Python
+and run the compiled graph. Variables are captured by reference: the graph reads their value
+each time it runs, and assignments to them happen when it runs, in program order.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+
+from . import dtypes as _dtypes
+from ._context import state
+from .executor import compile_plan
+from .graph import Graph, GraphTensor
+from .shape import TensorShape
+from .tensor import Tensor, Variable
+
+__all__ = ["function", "Function", "ConcreteFunction", "TensorSpec"]
+
+RETRACE_WARNING = 5
+
+
+class TensorSpec:
+    """The shape and dtype a tensor argument must have; None dimensions match any size.
+
+    >>> import flowlab as fl
+    >>> fl.TensorSpec([None, 3], fl.float32).is_compatible_with(fl.zeros([5, 3]))
+    True
+    """
+
+    __slots__ = ("shape", "dtype", "name")
+
+    def __init__(self, shape, dtype=_dtypes.float32, name=None):
+        self.shape = TensorShape(shape)
+        self.dtype = _dtypes.as_dtype(dtype)
+        self.name = name
+
+    @classmethod
+    def from_tensor(cls, tensor, name=None):
+        return cls(tensor.shape, tensor.dtype, name)
+
+    def is_compatible_with(self, value) -> bool:
+        shape = tuple(value.shape)
+        return (_dtypes.as_dtype(value.dtype) == self.dtype and len(shape) == len(self.shape)
+                and all(a is None or b is None or a == b for a, b in zip(self.shape, shape)))
+
+    def __eq__(self, other):
+        return isinstance(other, TensorSpec) and (self.shape, self.dtype) == (other.shape, other.dtype)
+
+    def __hash__(self):
+        return hash((tuple(self.shape), self.dtype))
+
+    def __repr__(self):
+        return f"TensorSpec(shape={tuple(self.shape)}, dtype={self.dtype!r}" + (f", name={self.name!r})" if self.name else ")")
+
+
+# -- argument structures -----------------------------------------------------------------------
+def _is_tensor_like(x):
+    return (isinstance(x, (Tensor, np.ndarray)) and not isinstance(x, Variable)) or isinstance(x, np.generic)
+
+
+def _flatten(x, out):
+    if isinstance(x, (list, tuple)):
+        for item in x:
+            _flatten(item, out)
+    elif isinstance(x, dict):
+        for k in sorted(x):
+            _flatten(x[k], out)
+    else:
+        out.append(x)
+    return out
+
+
+def _rebuild(template, leaves):
+    it = iter(leaves)
+
+    def build(x):
+        if isinstance(x, (list, tuple)):
+            items = [build(v) for v in x]
+            return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
+        if isinstance(x, dict):
+            return {k: build(x[k]) for k in sorted(x)}
+        return next(it)
+
+    return build(template)
+
+
+def _key_of(leaf):
+    """What makes two calls share a trace: tensors by shape and dtype, variables by identity,
+    Python values by value (a new number means a new trace, as in TensorFlow)."""
+    if _is_tensor_like(leaf):
+        return ("T", tuple(np.shape(leaf) if not isinstance(leaf, Tensor) else leaf.shape),
+                str(_dtypes.as_dtype(leaf.dtype).name))
+    if isinstance(leaf, Variable):
+        return ("V", id(leaf))
+    try:
+        hash(leaf)
+    except TypeError:
+        return ("O", id(leaf))
+    return ("P", type(leaf).__name__, leaf)
+
+
+def _structure_key(x):
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, tuple(_structure_key(v) for v in x))
+    if isinstance(x, dict):
+        return ("dict", tuple((k, _structure_key(x[k])) for k in sorted(x)))
+    return _key_of(x)
+
+
+class ConcreteFunction:
+    """One trace: a graph with placeholders for the tensor arguments, and its compiled plan."""
+
+    def __init__(self, graph, placeholders, outputs, n_leaves, tensor_positions):
+        self.graph = graph
+        self.inputs = placeholders
+        self.structured_outputs = outputs
+        flat = _flatten(outputs, [])
+        self._out_positions = [i for i, o in enumerate(flat) if isinstance(o, GraphTensor)]
+        self._flat_outputs = flat
+        self.outputs = [flat[i] for i in self._out_positions]
+        self._tensor_positions = tensor_positions
+        self._plan = compile_plan(graph, self.outputs, placeholders, run_stateful=True)
+
+    def _call_flat(self, arrays):
+        results = self._plan(*arrays)
+        flat = list(self._flat_outputs)
+        for pos, value in zip(self._out_positions, results):
+            t = object.__new__(Tensor)
+            t._value, t._device = value, None
+            flat[pos] = t
+        return _rebuild(self.structured_outputs, flat)
+
+    def __call__(self, *args):
+        """Call with the tensor arguments only, in order."""
+        arrays = [np.asarray(a) if not isinstance(a, Tensor) else a._value for a in args]
+        return self._call_flat(arrays)
+
+    def pretty(self) -> str:
+        return self.graph.pretty(self.outputs)
+
+    def __repr__(self):
+        return f"<ConcreteFunction {self.graph.name}: {len(self.graph.nodes)} nodes>"
+
+
+class Function:
+    """A Python function that runs as a graph. Make one with ``@fl.function``."""
+
+    def __init__(self, python_function, input_signature=None, name=None):
+        functools.update_wrapper(self, python_function)
+        self.python_function = python_function
+        self.input_signature = None if input_signature is None else [
+            s if isinstance(s, TensorSpec) else TensorSpec(*s) for s in input_signature]
+        self._name = name or getattr(python_function, "__name__", "function")
+        self._cache: dict = {}
+        self._trace_count = 0
+        self._warned = False
+
+    def __get__(self, instance, owner):
+        if instance is None:
+            return self
+        bound = functools.partial(self.__call__, instance)   # a method: `self` is a Python value
+        bound.get_concrete_function = functools.partial(self.get_concrete_function, instance)
+        return bound
+
+    def experimental_get_tracing_count(self) -> int:
+        """How many times the Python function has been traced."""
+        return self._trace_count
+
+    def __call__(self, *args, **kwargs):
+        st = state()
+        if st.graph is not None:
+            return self.python_function(*args, **kwargs)   # inside another trace: inline
+        if st.tapes:
+            # NOTE: a tape outside the function must see each op to differentiate through it;
+            # until functions record as one differentiable op, they run eagerly under a tape.
+            return self.python_function(*args, **kwargs)
+        concrete, leaves = self._concrete(args, kwargs)
+        arrays = [leaves[i]._value if isinstance(leaves[i], Tensor) else np.asarray(leaves[i])
+                  for i in concrete._tensor_positions]
+        return concrete._call_flat(arrays)
+
+    def get_concrete_function(self, *args, **kwargs) -> ConcreteFunction:
+        """The trace for these arguments (traced now if needed). With no arguments, the one for
+        ``input_signature``."""
+        if not args and not kwargs and self.input_signature is not None:
+            args = tuple(self.input_signature)
+        return self._concrete(args, kwargs)[0]
+
+    def _concrete(self, args, kwargs):
+        leaves = _flatten((args, kwargs), [])
+        if self.input_signature is not None:
+            key = self._check_signature(args, kwargs, leaves)
+        else:
+            key = _structure_key((args, kwargs))
+        concrete = self._cache.get(key)
+        if concrete is None:
+            concrete = self._cache[key] = self._trace(args, kwargs, leaves)
+        return concrete, leaves
+
+    def _check_signature(self, args, kwargs, leaves):
+        specs = self.input_signature
+        if kwargs or len(args) != len(specs):
+            raise TypeError(f"{self._name} was declared with input_signature of {len(specs)} tensors, "
+                            f"but got {len(args)} positional and {len(kwargs)} keyword arguments")
+        for i, (arg, spec) in enumerate(zip(args, specs)):
+            if isinstance(arg, TensorSpec):
+                continue
+            value = arg if isinstance(arg, Tensor) else Tensor(np.asarray(arg))
+            if not spec.is_compatible_with(value):
+                raise TypeError(f"{self._name}: argument {i} is {value.dtype.name}{list(value.shape)}, which does "
+                                f"not fit its input_signature {spec}")
+        return "signature"
+
+    def _trace(self, args, kwargs, leaves):
+        self._trace_count += 1
+        if self._trace_count > RETRACE_WARNING and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"{self._name} has been traced {self._trace_count} times. Each new Python value or new "
+                "tensor shape starts a new trace, which is slow: pass numbers as tensors "
+                "(fl.constant(x)), or give input_signature=[fl.TensorSpec([None, ...])] for varying sizes.",
+                stacklevel=4)
+        graph = Graph(self._name)
+        placeholders, positions, symbolic = [], [], []
+        with graph.as_default():
+            specs = self.input_signature or [None] * len(leaves)
+            for i, leaf in enumerate(leaves):
+                spec = specs[i] if self.input_signature is not None else None
+                if spec is not None or _is_tensor_like(leaf) or isinstance(leaf, TensorSpec):
+                    spec = spec or (leaf if isinstance(leaf, TensorSpec) else TensorSpec(
+                        np.shape(leaf) if not isinstance(leaf, Tensor) else leaf.shape, leaf.dtype))
+                    p = graph.placeholder(spec.dtype, spec.shape, name=spec.name or f"arg{i}")
+                    placeholders.append(p)
+                    positions.append(i)
+                    symbolic.append(p)
+                else:
+                    symbolic.append(leaf)
+            call_args, call_kwargs = _rebuild((args, kwargs), symbolic)
+            result = self.python_function(*call_args, **call_kwargs)
+            flat = [graph.read(o) if isinstance(o, Variable) else
+                    graph.constant(o) if isinstance(o, Tensor) and not isinstance(o, GraphTensor) else o
+                    for o in _flatten(result, [])]
+            result = _rebuild(result, flat)
+        return ConcreteFunction(graph, placeholders, result, len(leaves), positions)
+
+    def __repr__(self):
+        return f"<fl.function {self._name}: {self._trace_count} trace(s)>"
+
+
+def function(func=None, input_signature=None, name=None, **_options):
+    """Compile a Python function into a graph on its first call for each input signature.
+
+    >>> import flowlab as fl
+    >>> @fl.function
+    ... def f(x):
+    ...     return x * x + 1.0
+    >>> float(f(fl.constant(3.0)))
+    10.0
+    """
+    if func is None:
+        return lambda f: Function(f, input_signature, name)
+    return Function(func, input_signature, name)

@@ -1,0 +1,328 @@
+"""Graphs: ops recorded as nodes instead of run, to be optimized, placed and run later.
+
+While a ``Graph`` is the thread's default (``with graph.as_default():``, or while ``@fl.function``
+traces), ``execute`` hands every op to ``Graph.add_node``: it converts the inputs (eager tensors
+and Python values become constants, a Variable becomes a read of its value *when the graph
+runs*), checks them with the op's shape rule (so a shape error surfaces while tracing, naming
+the user's line), and returns a symbolic ``GraphTensor``. Each node records its op, inputs,
+attributes, output spec, device request and the user's source line.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from . import dtypes as _dtypes
+from ._context import state
+from .errors import InvalidArgumentError, source_line
+from .execute import NO_ATTRS, defop, op_error
+from .shape import TensorShape
+from .tensor import Tensor, Variable, _numpy_array, _python_array
+
+__all__ = ["Graph", "GraphTensor", "Node", "get_default_graph"]
+
+
+class GraphTensor(Tensor):
+    """A symbolic tensor: the output of a graph node. It has a shape (dimensions may be None) and a
+    dtype, but no value until the graph runs."""
+
+    __slots__ = ("graph", "node", "_shape", "_dtype")
+
+    @property
+    def dtype(self):
+        return _dtypes.as_dtype(self._dtype)
+
+    @property
+    def shape(self):
+        return TensorShape(self._shape)
+
+    @property
+    def ndim(self):
+        return len(self._shape)
+
+    @property
+    def device(self):
+        return self.node.device or ""
+
+    @property
+    def name(self):
+        return f"{self.node.name}:0"
+
+    @property
+    def op(self):
+        return self.node
+
+    def _no_value(self, what):
+        raise TypeError(
+            f"{what} needs a value, but {self.name} is a graph tensor: it has none until the graph runs. "
+            "Inside @fl.function, Python `if`/`for` on tensors run once, while tracing; use fl.where for "
+            "choices that depend on values, or return the tensor and look at it outside the function.")
+
+    def numpy(self):
+        self._no_value(".numpy()")
+
+    def __array__(self, dtype=None, copy=None):
+        self._no_value("converting to a numpy array")
+
+    def __bool__(self):
+        self._no_value("Python's `if`/`while`/`and`/`or`")
+
+    def __float__(self):
+        self._no_value("float()")
+
+    def __int__(self):
+        self._no_value("int()")
+
+    def __index__(self):
+        self._no_value("using a tensor as an index")
+
+    def __len__(self):
+        if not self._shape or self._shape[0] is None:
+            self._no_value("len()")
+        return self._shape[0]
+
+    def __iter__(self):
+        if not self._shape or self._shape[0] is None:
+            self._no_value("iterating")
+        return (self[i] for i in range(self._shape[0]))
+
+    def __format__(self, spec):
+        return repr(self)
+
+    def __repr__(self):
+        shape = tuple(self._shape)
+        return f"<fl.Tensor '{self.name}' shape={shape} dtype={self.dtype.name} (graph tensor)>"
+
+    def __reduce__(self):
+        raise TypeError(f"graph tensor {self.name} cannot be pickled; run the graph and pickle its value")
+
+    def eval(self, feed_dict=None, session=None):
+        """Run the graph up to this tensor (TF1 style: with the default session)."""
+        from ..compat.v1 import get_default_session  # noqa: F401 - compat comes with the TF1 API
+        sess = session or get_default_session()
+        if sess is None:
+            raise ValueError("Tensor.eval() needs a default session: use `with fl.compat.v1.Session() as sess:`")
+        return sess.run(self, feed_dict=feed_dict)
+
+
+class Node:
+    """One op in a graph: ``output = op(*inputs, **attrs)``, with where it runs and who wrote it."""
+
+    __slots__ = ("index", "op", "inputs", "attrs", "output", "name", "device", "source", "graph")
+
+    def __repr__(self):
+        return f"<node %{self.index} {self.name} = {self.op.name}({', '.join('%' + str(t.node.index) for t in self.inputs)})>"
+
+
+# -- the ops that only graphs have -------------------------------------------------------------
+def _value_rule(*_, value):
+    return value.shape, value.dtype
+
+
+CONST = defop("const", lambda *, value: value, _value_rule, doc="A value baked into the graph.")
+PLACEHOLDER = defop("placeholder", lambda **_: None, lambda *, shape, dtype, name: (shape, dtype),
+                    doc="A graph input, fed when the graph runs.")
+READ = defop("read", lambda *, variable: variable._value,
+             lambda *, variable: (variable._value.shape, variable._value.dtype), stateful=True,
+             doc="The value of a Variable at this point of the program, when the graph runs.")
+
+
+def _assign_kernel(value, *, variable, mode):
+    if mode == "add":
+        value = variable._value + value
+    elif mode == "sub":
+        value = variable._value - value
+    variable._value = value
+    return value
+
+
+def _assign_rule(value, *, variable, mode):
+    shape, dtype = _spec(value)
+    want = variable._value.shape
+    if len(shape) != len(want) or any(a is not None and a != b for a, b in zip(shape, want)):
+        raise InvalidArgumentError(f"variable {variable.name!r} has shape {tuple(want)}, the value {tuple(shape)}")
+    if dtype != variable._value.dtype:
+        raise InvalidArgumentError(f"variable {variable.name!r} is {variable.dtype.name}, the value {np.dtype(dtype).name}")
+    return want, dtype
+
+
+ASSIGN = defop("assign", _assign_kernel, _assign_rule, stateful=True,
+               doc="Set (mode 'set'), add to ('add') or subtract from ('sub') a Variable when the graph runs.")
+
+
+def _spec(x):
+    return tuple(x.shape), _dtypes.numpy_dtype(x.dtype)
+
+
+# -- the graph ---------------------------------------------------------------------------------
+class Graph:
+    """A program of ops. Build it with ``with g.as_default():`` (or let ``@fl.function`` build one),
+    look at it with ``g.pretty()``, run it with a session or a traced function."""
+
+    _ids = itertools.count()
+
+    def __init__(self, name: str = "graph"):
+        self.name = name
+        self.nodes: list[Node] = []
+        self.placeholders: list[GraphTensor] = []
+        self._counts: dict[str, int] = {}
+        self._consts: dict[int, GraphTensor] = {}
+        self._keep: list = []         # eager tensors made into constants: kept alive so ids stay unique
+        self.collections: dict[str, list] = {}
+        self.version = 0              # bumped on every change: compiled plans check it
+
+    # -- building --------------------------------------------------------------------------------
+    def as_default(self):
+        """Make this the graph that ops are added to, in this thread, inside the ``with`` block."""
+        return _DefaultGraph(self)
+
+    def _unique(self, base: str) -> str:
+        n = self._counts.get(base, 0)
+        self._counts[base] = n + 1
+        return base if n == 0 else f"{base}_{n}"
+
+    def _append(self, op, inputs, attrs, shape, dtype, name=None):
+        st = state()
+        node = Node()
+        node.index = len(self.nodes)
+        node.op, node.inputs, node.attrs = op, list(inputs), dict(attrs)
+        node.name = self._unique(name or op.name)
+        node.device = st.device_stack[-1] if st.device_stack else None
+        node.source = source_line()
+        node.graph = self
+        out = object.__new__(GraphTensor)
+        out._device = None
+        out.graph, out.node = self, node
+        out._shape = tuple(None if d is None else int(d) for d in shape)
+        out._dtype = np.dtype(dtype)
+        node.output = out
+        self.nodes.append(node)
+        self.version += 1
+        return out
+
+    def placeholder(self, dtype, shape=None, name=None) -> GraphTensor:
+        """A graph input of ``dtype`` and ``shape`` (None dims: any size), fed when the graph runs."""
+        if shape is None:
+            raise ValueError("placeholder: give a shape (use None for dimensions of any size)")
+        shape = tuple(None if d is None else int(d) for d in shape)
+        dtype = _dtypes.numpy_dtype(dtype)
+        t = self._append(PLACEHOLDER, (), {"shape": shape, "dtype": dtype, "name": name or "placeholder"},
+                         shape, dtype, name or "placeholder")
+        self.placeholders.append(t)
+        return t
+
+    def constant(self, value, dtype=None) -> GraphTensor:
+        if isinstance(value, GraphTensor):
+            return value
+        if isinstance(value, Tensor):
+            found = self._consts.get(id(value))
+            if found is not None:
+                return found
+            self._keep.append(value)
+            array = np.asarray(value)
+        elif isinstance(value, (np.ndarray, np.generic)):
+            array = _numpy_array(value, dtype)
+        else:
+            array = _python_array(value, dtype)
+        t = self._append(CONST, (), {"value": array}, array.shape, array.dtype)
+        if isinstance(value, Tensor):
+            self._consts[id(value)] = t
+        return t
+
+    def read(self, variable: Variable) -> GraphTensor:
+        """A node that reads ``variable`` when the graph runs (its value at that point of the program)."""
+        return self._append(READ, (), {"variable": variable}, variable._value.shape, variable._value.dtype,
+                            variable._name.replace(":", "_"))
+
+    def add_node(self, op, inputs, attrs=NO_ATTRS):
+        """What ``execute`` calls in graph mode: add ``op`` and return its symbolic output."""
+        tensors, reads = self._inputs(op, inputs)
+        try:
+            shape, dtype = op.shape_rule(*tensors, **attrs)
+        except InvalidArgumentError as e:
+            raise op_error(op, tensors, attrs, str(e)) from None
+        out = self._append(op, tensors, attrs, shape, dtype)
+        st = state()
+        if st.tapes and op.grad is not None:
+            for tape in st.tapes:
+                for variable, read in reads:
+                    tape._record_read(variable, read)
+                tape._record(op, tensors, attrs, out)
+        return out
+
+    def _inputs(self, op, inputs):
+        """Graph tensors of this graph for every input; and the (variable, read) pairs made."""
+        group = range(len(inputs)) if op.same_dtype == "all" else op.same_dtype
+        dtype = None
+        for i in group:
+            x = inputs[i]
+            if isinstance(x, Tensor):
+                d = _dtypes.numpy_dtype(x.dtype)
+                if dtype is None:
+                    dtype = d
+                elif d != dtype:
+                    raise op_error(op, inputs, NO_ATTRS, "inputs must have the same dtype; use fl.cast to convert one")
+        out, reads = [], []
+        for i, x in enumerate(inputs):
+            if isinstance(x, GraphTensor):
+                if x.graph is not self:
+                    raise op_error(op, inputs, NO_ATTRS,
+                                   f"input {i} ({x.name}) belongs to another graph ({x.graph.name}); a graph can "
+                                   "only use its own tensors (pass values in as arguments instead)")
+                out.append(x)
+            elif isinstance(x, Variable):
+                read = self.read(x)
+                reads.append((x, read))
+                out.append(read)
+            else:
+                try:
+                    out.append(self.constant(x, dtype if (i in group and not isinstance(x, Tensor)) else None))
+                except (TypeError, ValueError, OverflowError) as e:
+                    raise op_error(op, inputs, NO_ATTRS, f"input {i}: {e}") from None
+        return out, reads
+
+    # -- looking at it ---------------------------------------------------------------------------
+    def get_operations(self):
+        return list(self.nodes)
+
+    def get_tensor_by_name(self, name: str) -> GraphTensor:
+        base = name[:-2] if name.endswith(":0") else name
+        for node in self.nodes:
+            if node.name == base:
+                return node.output
+        raise KeyError(f"graph {self.name!r} has no tensor {name!r}")
+
+    def pretty(self, outputs=None) -> str:
+        """A readable listing: one line per node with its op, inputs, output spec, device and source."""
+        from .graph_text import listing
+        return listing(self, outputs)
+
+    def __repr__(self):
+        return f"<fl.Graph {self.name!r}: {len(self.nodes)} nodes>"
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(self.pretty())
+
+
+class _DefaultGraph:
+    def __init__(self, graph):
+        self.graph = graph
+
+    def __enter__(self):
+        st = state()
+        self._previous = st.graph
+        st.graph = self.graph
+        st.push("graph_stack", self.graph)
+        return self.graph
+
+    def __exit__(self, *exc):
+        st = state()
+        st.graph = self._previous
+        st.pop("graph_stack", self.graph)
+        return False
+
+
+def get_default_graph():
+    """The graph ops are being added to in this thread, or None in eager mode."""
+    return state().graph
