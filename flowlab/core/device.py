@@ -253,9 +253,9 @@ def resolve(spec, allow_remote: bool = False) -> str:
         if allow_remote:
             return name
         raise RemoteDeviceError(
-            f"{name} is a device of another task, and running an op there needs a cluster "
-            f"(fl.cluster.LocalCluster, coming soon); flowlab does not run it here instead. This process "
-            f"has: {_have()}" + _at())
+            f"{name} is not in this process (/job:localhost/replica:0/task:0): running ops on another "
+            f"job or task needs a cluster (fl.cluster.LocalCluster, coming soon), and flowlab will not "
+            f"quietly run them here instead. This process has: {_have()}" + _at())
     if full.device_index >= config.logical_device_count(full.device_type):
         raise InvalidArgumentError(
             f"no device {name}; this process has: {_have()}; use fl.config.set_logical_devices("

@@ -8,7 +8,8 @@ from pathlib import Path
 import flowlab
 
 PKG = Path(flowlab.__file__).parent
-CORE_LINE_BUDGET = 3000   # non-blank, non-comment lines in flowlab/core: the engine must fit in a head
+CORE_LINE_BUDGET = 4500   # non-blank, non-comment lines in flowlab/core (eager, autodiff, graphs, passes,
+#                           devices, numerics): the engine must still fit in a head; raise it only on purpose
 LAYERS = ["core", "cluster", "data", "nn", "grading", "distribute", "widgets"]
 BELOW = {  # what each package may import from flowlab (besides itself)
     "core": set(),
