@@ -10,6 +10,7 @@ mirrored strategies run on a laptop. Where they run is in ``backends.backend_for
 """
 from __future__ import annotations
 
+import numbers
 import os
 from collections import namedtuple
 
@@ -81,10 +82,11 @@ def set_logical_devices(device_type: str, count: int | None) -> None:
     """
     global _version
     kind = _kind(device_type)
-    if count is not None and (int(count) != count or count < (1 if kind == "CPU" else 0)):
-        raise ValueError(f"set_logical_devices: need a whole number of {kind} devices "
-                         f"(at least {1 if kind == 'CPU' else 0}), got {count!r}")
-    _logical[kind] = None if count is None else int(count)
+    least = 1 if kind == "CPU" else 0   # a process always has CPU:0
+    if count is not None and (not isinstance(count, numbers.Integral) or isinstance(count, bool) or count < least):
+        raise ValueError(f"set_logical_devices: need a whole number of {kind} devices, at least {least}, "
+                         f"or None for the default; got {count!r}")
+    _logical[kind] = (1 if kind == "CPU" else None) if count is None else int(count)
     _version += 1
 
 

@@ -33,7 +33,7 @@ from .backends import kernel_for_device
 from .errors import InvalidArgumentError, source_line
 
 __all__ = ["DeviceSpec", "device", "current_device_spec", "resolve", "place", "RemoteDeviceError",
-           "DEFAULT_DEVICE", "set_log_device_placement", "get_log_device_placement"]
+           "DEFAULT_DEVICE", "set_log_device_placement", "get_log_device_placement", "log_placement"]
 
 DEFAULT_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
 _TYPES = ("CPU", "GPU")
@@ -44,7 +44,7 @@ class RemoteDeviceError(NotImplementedError):
     """An eager op was placed on another job or task, which needs a cluster to run there."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True)
 class DeviceSpec:
     """A device name, parsed; every field may be None (unset). Frozen and hashable.
 
@@ -88,6 +88,10 @@ class DeviceSpec:
 
     def make_merged_spec(self, other: "DeviceSpec") -> "DeviceSpec":
         """This spec with every field that ``other`` sets taken from ``other`` (TF's rule)."""
+        if not other:
+            return self
+        if not self:
+            return other
         return DeviceSpec(*(b if b is not None else a for a, b in zip(_fields(self), _fields(other))))
 
     def replace(self, **fields) -> "DeviceSpec":
@@ -96,13 +100,15 @@ class DeviceSpec:
     def resolve_eager(self, input_device):
         """Where an eager op runs in a scope on this spec (see the module docstring): None for the
         default CPU, else a full device string. ``input_device``: the op's own choice without a scope."""
-        if not self:   # fl.device(None): no constraint
-            return input_device
-        device = _resolved(self, config.devices_version())
-        return None if device == DEFAULT_DEVICE else device
+        cached = self.__dict__.get("_eager")   # (version of the device list, device): not a field
+        if cached is None or cached[0] != config.devices_version():
+            device = _FOLLOW if not self else resolve(self)   # fl.device(None): no constraint
+            cached = (config.devices_version(), None if device == DEFAULT_DEVICE else device)
+            object.__setattr__(self, "_eager", cached)
+        return input_device if cached[1] is _FOLLOW else cached[1]
 
-    def __bool__(self):
-        return any(f is not None for f in _fields(self))
+    def __bool__(self):   # False for the empty (unconstrained) spec
+        return _fields(self) != (None, None, None, None, None)
 
     __str__ = to_string
 
@@ -110,6 +116,10 @@ class DeviceSpec:
         set_fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
                                if getattr(self, f.name) is not None)
         return f"DeviceSpec({set_fields})"
+
+
+_EMPTY = DeviceSpec()
+_FOLLOW = object()
 
 
 def _fields(spec):
@@ -207,7 +217,7 @@ class _Scope:
 
     def __enter__(self) -> DeviceSpec:
         st = state()
-        merged = DeviceSpec() if self.spec is None else merge_scopes(current_device_spec(), self.spec)
+        merged = _EMPTY if self.spec is None else merge_scopes(current_device_spec(), self.spec)
         st.push("device_stack", merged)   # counted in ACTIVE: the eager fast paths step aside
         self._entered.append((st, merged))
         return merged
@@ -228,7 +238,7 @@ def merge_scopes(outer: DeviceSpec, inner: DeviceSpec) -> DeviceSpec:
 def current_device_spec() -> DeviceSpec:
     """The merged spec of the innermost ``fl.device`` scope of this thread (empty outside any)."""
     stack = state().device_stack
-    return stack[-1] if stack else DeviceSpec()
+    return stack[-1] if stack else _EMPTY
 
 
 # -- resolution -------------------------------------------------------------------------------
@@ -255,25 +265,20 @@ def resolve(spec, allow_remote: bool = False) -> str:
         raise RemoteDeviceError(
             f"{name} is not in this process (/job:localhost/replica:0/task:0): running ops on another "
             f"job or task needs a cluster (fl.cluster.LocalCluster, coming soon), and flowlab will not "
-            f"quietly run them here instead. This process has: {_have()}" + _at())
+            f"quietly run them here instead. This process has: {_have()}" + _at(source_line()))
     if full.device_index >= config.logical_device_count(full.device_type):
+        where = source_line()
         raise InvalidArgumentError(
             f"no device {name}; this process has: {_have()}; use fl.config.set_logical_devices("
-            f"\"{full.device_type}\", {full.device_index + 1}) to make more" + _at(), source=source_line())
+            f"\"{full.device_type}\", {full.device_index + 1}) to make more" + _at(where), source=where)
     return name
-
-
-@functools.lru_cache(maxsize=256)
-def _resolved(spec, version):   # ``version`` changes with the logical devices, so stale entries never match
-    return resolve(spec)
 
 
 def _have():
     return ", ".join(d.name for d in config.list_logical_devices())
 
 
-def _at():
-    where = source_line()
+def _at(where):
     return f"\n  at {where}" if where else ""
 
 
@@ -287,7 +292,7 @@ def place(op, input_device, stack):
     except RemoteDeviceError as e:
         raise RemoteDeviceError(f"{op.name}: {e}") from None
     if _log_placement:
-        _logger.info("Executing op %s in device %s", op.name, device or DEFAULT_DEVICE)
+        log_placement(op.name, device)
     if device is None and input_device is None:
         return None, op.kernel
     return device, kernel_for_device(op, device)
@@ -335,3 +340,10 @@ def set_log_device_placement(enabled: bool) -> None:
 
 def get_log_device_placement() -> bool:
     return _log_placement
+
+
+def log_placement(op_name: str, device) -> None:
+    """Log one placement decision (``device`` None: the default CPU) if the log is on; a graph
+    executor calls this for each node it runs, as eager ``place`` does for each op."""
+    if _log_placement:
+        _logger.info("Executing op %s in device %s", op_name, device or DEFAULT_DEVICE)

@@ -17,7 +17,7 @@ from . import device as _devices
 from ._context import ACTIVE, state
 from .backends import kernel_for_device
 from .dtypes import numpy_dtype
-from .errors import InvalidArgumentError, describe, source_line
+from .errors import InvalidArgumentError, OpError, describe, source_line
 from .tensor import Tensor, Variable, _numpy_array, _python_array
 
 __all__ = ["OpDef", "defop", "execute", "get_op", "list_ops", "unary", "binary", "reflected"]
@@ -83,7 +83,7 @@ def execute(op: OpDef, inputs, attrs=NO_ATTRS):
             inputs = _prepare(op, inputs)
             device = _first_device(inputs)
             break
-        if x._device is not None:
+        if device is None:   # the first input's device that is not the default CPU
             device = x._device
     else:
         if op.same_dtype and len(inputs) > 1:
@@ -103,6 +103,8 @@ def execute(op: OpDef, inputs, attrs=NO_ATTRS):
             value = kernel(inputs[0]._value, inputs[1]._value, **attrs)
         else:
             value = kernel(*[t._value for t in inputs], **attrs)
+    except OpError:
+        raise            # a kernel that explains itself (check_numerics) is not wrapped again
     except Exception as e:  # noqa: BLE001 - every kernel failure becomes an error naming the op
         raise explain(op, inputs, attrs, e) from None
     out = _new(Tensor)

@@ -9,6 +9,7 @@ plan node by node so that errors name the node and the line that created it.
 from __future__ import annotations
 
 from ._context import state
+from .errors import OpError
 from .execute import Tensor, explain
 
 __all__ = ["compile_plan", "Plan"]
@@ -86,6 +87,8 @@ class Plan:
                 ins = [env[id(t.node)] for t in n.inputs]
                 try:
                     value = _kernel(n)(*ins, **n.attrs)
+                except OpError:
+                    raise
                 except Exception as e:  # noqa: BLE001 - becomes an error naming the node
                     raise explain(n.op, [_wrap(a) for a in ins], n.attrs, e) from None
                 env[id(n)] = value

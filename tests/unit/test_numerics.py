@@ -335,11 +335,12 @@ def test_in_a_notebook_the_error_names_the_cell(tmp_path):
     script = (
         "from IPython.core.interactiveshell import InteractiveShell\n"
         "shell = InteractiveShell.instance()\n"
-        "shell.run_cell('import warnings; warnings.simplefilter(\"ignore\"); import flowlab as fl', store_history=True)\n"
+        "shell.run_cell('import warnings; warnings.simplefilter(\"ignore\")', store_history=True)\n"
+        "shell.run_cell('import flowlab as fl', store_history=True)\n"
         "shell.run_cell('fl.debugging.enable_check_numerics()', store_history=True)\n"
         "r = shell.run_cell('x = fl.constant([0.0, 1.0])\\ny = fl.log(x)', store_history=True)\n"
         "print('MESSAGE', str(r.error_in_exec).splitlines()[-1])\n")
     env = dict(os.environ, IPYTHONDIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
-    assert "MESSAGE   at Cell In[3], line 2: y = fl.log(x)" in out.stdout, out.stdout
+    assert "MESSAGE   at Cell In[4], line 2: y = fl.log(x)" in out.stdout, out.stdout

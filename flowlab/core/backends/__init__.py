@@ -54,10 +54,10 @@ def kernel_for_device(op, device):
     """``op``'s kernel on ``device``, moving its input arrays into that device's memory first.
     Without a real GPU every array is a numpy array already, and the kernel is returned as it is.
     Logical GPU N is real GPU N mod the number of real GPUs."""
+    if not gpu_count():
+        return numpy_backend.kernel(op)
     backend = backend_for_device(device)
     kernel = backend.kernel(op)
-    if not gpu_count():
-        return kernel
     if backend is numpy_backend:
         return lambda *arrays, **attrs: kernel(*[to_numpy(a) for a in arrays], **attrs)
     xp, gpu = backend.xp, _gpu_index(device) % gpu_count()
