@@ -28,4 +28,11 @@ bool = bool_  # noqa: A001 - ``fl.bool`` as ``tf.bool``; Python's bool is untouc
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name):
+    if name == "compat":   # ``fl.compat.v1``: the TF1 API, imported on first use
+        import importlib
+        return importlib.import_module(".compat", __name__)
+    raise AttributeError(f"module 'flowlab' has no attribute {name!r}")
+
 config._apply_default()

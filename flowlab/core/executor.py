@@ -3,14 +3,18 @@
 ``compile_plan`` turns the nodes needed for some fetches into a Python function of straight-line
 kernel calls (``v7 = k7(v3, v5)``), generated once and cached: no Tensor wrapping, no dtype or
 tape checks, no dispatch. That is why a traced function runs faster than the same ops eagerly.
-When a debug hook is active (numerics checks), or a kernel fails, an interpreter runs the same
-plan node by node so that errors name the node and the line that created it.
+Before generating code, the plan runs the graph passes over its nodes (core/passes: constant
+folding, common subexpressions, dead nodes, elementwise fusion, buffer reuse). When a kernel fails,
+an interpreter runs the optimized nodes one by one so that errors name the node and the line that
+created it. When a debug hook is active (numerics checks), it interprets the nodes as traced, so
+that hooks see every op the user wrote, by name, and tensors that no later op writes into.
 """
 from __future__ import annotations
 
 from ._context import state
 from .errors import OpError
 from .execute import Tensor, explain
+from .passes import DEFAULT_PASSES, optimize
 
 __all__ = ["compile_plan", "Plan"]
 
@@ -18,7 +22,7 @@ __all__ = ["compile_plan", "Plan"]
 class Plan:
     """The nodes to run, in order, to compute ``fetches`` from ``feeds``."""
 
-    def __init__(self, graph, fetches, feeds, run_stateful):
+    def __init__(self, graph, fetches, feeds, run_stateful, passes=DEFAULT_PASSES):
         self.graph, self.fetches, self.feeds = graph, list(fetches), list(feeds)
         fed = {id(t.node) for t in self.feeds}
         needed = set()
@@ -37,6 +41,9 @@ class Plan:
             if n.op.name == "placeholder":
                 raise ValueError(f"placeholder {n.output.name} must be fed a value (it is needed for "
                                  f"{', '.join(t.name for t in self.fetches)})")
+        # traced_nodes: as traced; nodes and outputs (the fetches' values): after the passes
+        self.traced_nodes = self.nodes
+        self.nodes, self.outputs = optimize(self.nodes, self.fetches, self.feeds, passes)
         self._run = self._generate()
 
     def _generate(self):
@@ -61,8 +68,8 @@ class Plan:
                 ns[f"a{n.index}"] = n.attrs
                 args = f"{args}, **a{n.index}" if args else f"**a{n.index}"
             body.append(f"    {var} = k{n.index}({args})")
-        outs = ", ".join(name[id(t.node)] for t in self.fetches)
-        src = f"def run({', '.join(feed_names)}):\n" + "\n".join(body) + f"\n    return ({outs}{',' if len(self.fetches) == 1 else ''})\n"
+        outs = ", ".join(name[id(t.node)] for t in self.outputs)
+        src = f"def run({', '.join(feed_names)}):\n" + "\n".join(body) + f"\n    return ({outs}{',' if len(self.outputs) == 1 else ''})\n"
         self.source = src
         exec(compile(src, f"<flowlab plan of {self.graph.name}>", "exec"), ns)  # noqa: S102 - our own generated code
         return ns["run"]
@@ -70,19 +77,20 @@ class Plan:
     def __call__(self, *arrays):
         st = state()
         if st.hooks:
-            return self.interpret(arrays)
+            return self.interpret(arrays, traced=True)
         try:
             return self._run(*arrays)
         except Exception:  # noqa: BLE001 - rerun node by node to name the node that failed
             return self.interpret(arrays)
 
-    def interpret(self, arrays):
-        """Run node by node: calls debug hooks and names the failing node and its source line."""
+    def interpret(self, arrays, traced=False):
+        """Run node by node (the optimized nodes, or with ``traced`` the nodes as traced): calls
+        debug hooks and names the failing node and its source line."""
         st = state()
         env = {id(t.node): a for t, a in zip(self.feeds, arrays)}
         outer = st.node
         try:
-            for n in self.nodes:
+            for n in self.traced_nodes if traced else self.nodes:
                 st.node = n
                 ins = [env[id(t.node)] for t in n.inputs]
                 try:
@@ -98,7 +106,7 @@ class Plan:
                         hook(n.op, [_wrap(a) for a in ins], n.attrs, out)
         finally:
             st.node = outer
-        return tuple(env[id(t.node)] for t in self.fetches)
+        return tuple(env[id(t.node)] for t in (self.fetches if traced else self.outputs))
 
 
 def _wrap(array):
@@ -116,6 +124,7 @@ def _kernel(node):
     return node.op.kernel
 
 
-def compile_plan(graph, fetches, feeds=(), run_stateful=True) -> Plan:
-    """A runnable plan for ``fetches`` given values for ``feeds`` (placeholders or any tensor)."""
-    return Plan(graph, fetches, feeds, run_stateful)
+def compile_plan(graph, fetches, feeds=(), run_stateful=True, passes=DEFAULT_PASSES) -> Plan:
+    """A runnable plan for ``fetches`` given values for ``feeds`` (placeholders or any tensor),
+    optimized by ``passes`` (``passes=()``: run the nodes as traced)."""
+    return Plan(graph, fetches, feeds, run_stateful, passes)

@@ -138,8 +138,17 @@ class ConcreteFunction:
         return _rebuild(self.structured_outputs, flat)
 
     def __call__(self, *args):
-        """Call with the tensor arguments only, in order."""
-        arrays = [np.asarray(a) if not isinstance(a, Tensor) else a._value for a in args]
+        """Call with the tensor arguments only, in order; each must fit its placeholder."""
+        if len(args) != len(self.inputs):
+            raise TypeError(f"{self.graph.name} takes {len(self.inputs)} tensor arguments, got {len(args)}")
+        arrays = []
+        for i, (a, p) in enumerate(zip(args, self.inputs)):
+            a = a._value if isinstance(a, Tensor) else np.asarray(a) if isinstance(a, np.ndarray) else np.asarray(a, dtype=p._dtype)
+            if a.dtype != p._dtype or len(a.shape) != len(p._shape) or any(
+                    d is not None and d != n for d, n in zip(p._shape, a.shape)):
+                raise TypeError(f"{self.graph.name}: argument {i} is {a.dtype.name}{list(a.shape)}, but this "
+                                f"function was traced for {p._dtype.name}{['?' if d is None else d for d in p._shape]}")
+            arrays.append(a)
         return self._call_flat(arrays)
 
     def pretty(self) -> str:
@@ -194,29 +203,34 @@ class Function:
         return self._concrete(args, kwargs)[0]
 
     def _concrete(self, args, kwargs):
-        leaves = _flatten((args, kwargs), [])
         if self.input_signature is not None:
-            key = self._check_signature(args, kwargs, leaves)
+            args = self._check_signature(args, kwargs)
+            key = "signature"
         else:
             key = _structure_key((args, kwargs))
+        leaves = _flatten((args, kwargs), [])
         concrete = self._cache.get(key)
         if concrete is None:
             concrete = self._cache[key] = self._trace(args, kwargs, leaves)
         return concrete, leaves
 
-    def _check_signature(self, args, kwargs, leaves):
+    def _check_signature(self, args, kwargs):
+        """Each argument as a tensor of its spec's dtype (lists and arrays are converted)."""
         specs = self.input_signature
         if kwargs or len(args) != len(specs):
             raise TypeError(f"{self._name} was declared with input_signature of {len(specs)} tensors, "
                             f"but got {len(args)} positional and {len(kwargs)} keyword arguments")
+        out = []
         for i, (arg, spec) in enumerate(zip(args, specs)):
             if isinstance(arg, TensorSpec):
+                out.append(arg)
                 continue
-            value = arg if isinstance(arg, Tensor) else Tensor(np.asarray(arg))
+            value = arg if isinstance(arg, Tensor) else Tensor(np.asarray(arg, dtype=spec.dtype.as_numpy_dtype))
             if not spec.is_compatible_with(value):
                 raise TypeError(f"{self._name}: argument {i} is {value.dtype.name}{list(value.shape)}, which does "
                                 f"not fit its input_signature {spec}")
-        return "signature"
+            out.append(value)
+        return tuple(out)
 
     def _trace(self, args, kwargs, leaves):
         self._trace_count += 1

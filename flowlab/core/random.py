@@ -88,7 +88,11 @@ def uniform(shape, minval=0, maxval=None, dtype=dtypes.float32, seed=None, name=
     return _draw("uniform", shape, d.as_numpy_dtype, seed, minval=minval, maxval=1.0 if maxval is None else maxval)
 
 
+_SHUFFLE = defop("random_shuffle", lambda x, *, seed: x[_rng(seed).permutation(x.shape[0])],
+                 lambda x, *, seed: (tuple(x.shape), np.dtype(dtypes.numpy_dtype(x.dtype))), stateful=True,
+                 doc="The input with its first axis randomly permuted, anew each time the graph runs.")
+
+
 def shuffle(value, seed=None, name=None):
     """The tensor with its first axis randomly permuted."""
-    v = np.asarray(value)
-    return Tensor(v[_rng(seed).permutation(v.shape[0])])
+    return execute(_SHUFFLE, (value,), {"seed": seed})

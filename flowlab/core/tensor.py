@@ -174,8 +174,11 @@ class Variable(Tensor):
     def __init__(self, initial_value, trainable=True, name=None, dtype=None):
         if callable(initial_value):
             initial_value = initial_value()
-        t = convert_to_tensor(initial_value, dtype=dtype)
-        value = getattr(t, "_value", None)
+        if isinstance(initial_value, Tensor) and getattr(initial_value, "_value", None) is None:
+            value = None
+        else:
+            t = convert_to_tensor(initial_value, dtype=dtype)
+            value = t._value
         if value is None:
             raise ValueError("a Variable needs a concrete initial value, but got a graph tensor: create "
                              "variables outside @fl.function (or from eager values such as fl.zeros)")
@@ -229,7 +232,12 @@ class Variable(Tensor):
         return self if read_value else None
 
     def read_value(self) -> Tensor:
-        """A tensor holding the current value (later assignments do not change it)."""
+        """A tensor holding the current value (later assignments do not change it). Inside a
+        graph: the value when the graph runs, at this point of the program."""
+        from ._context import state
+        graph = state().graph
+        if graph is not None:
+            return graph.read(self)
         return Tensor(self._value, self._device)
 
     def value(self) -> Tensor:
@@ -288,7 +296,7 @@ def convert_to_tensor(value, dtype=None, dtype_hint=None) -> Tensor:
     """
     want = _dtypes.numpy_dtype(dtype)
     if isinstance(value, Tensor):
-        if want is not None and value._value.dtype != want:
+        if want is not None and value.dtype.as_numpy_dtype != want:
             raise InvalidArgumentError(
                 f"expected a {_dtypes.as_dtype(want).name} tensor but got {value.dtype.name}; "
                 f"use fl.cast(x, {_dtypes.as_dtype(want).name}) to convert\n  at {source_line()}")

@@ -144,6 +144,8 @@ CASES = [
     ("read", "", lambda: _traced_with_variable(lambda v: v * 2.0)),
     ("assign", "add", lambda: _traced_with_variable(lambda v: v.assign_add(f32([2, 3])))),
     ("random", "normal", lambda: _traced(lambda: fl.random.normal([2, 3]))),
+    ("random_shuffle", "", lambda: fl.random.shuffle(f32([4, 2]))),
+    ("shape", "in a graph", lambda: _traced(lambda x: fl.shape(x), f32([2, 3]))),
     ("random", "integers", lambda: _traced(lambda: fl.random.uniform([4], 0, 5, dtype=fl.int32))),
     ("optimizer_update", "", lambda: _traced_with_variable(
         lambda v, opt=fl.optimizers.Adam(0.1): opt.apply_gradients([(f32([2, 3]), v)]))),

@@ -382,9 +382,8 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
 
 # -- creation ----------------------------------------------------------------------------------
 def fill(dims, value, name=None):
-    """A tensor of shape ``dims`` with every element ``value``."""
-    v = convert_to_tensor(value)
-    return Tensor(np.full(_ints(dims), v._value, dtype=v._value.dtype))
+    """A tensor of shape ``dims`` with every element ``value`` (differentiable in ``value``)."""
+    return broadcast_to(value, dims)
 
 
 def zeros(shape, dtype=dtypes.float32, name=None):
@@ -406,9 +405,16 @@ def range(start, limit=None, delta=1, dtype=None, name=None):  # noqa: A001 - TF
     return Tensor(_python_array(np.arange(start, limit, delta), dtypes.numpy_dtype(dtype)))
 
 
+_shape_op = defop("shape", lambda x, out_type: np.asarray(x.shape, dtype=out_type),
+                  lambda x, out_type: ((len(R.spec(x)[0]),), np.dtype(out_type)))
+
+
 def shape(input, out_type=dtypes.int32, name=None):  # noqa: A002 - TF's signature
-    """The shape of a tensor, as a 1-d integer tensor."""
-    return Tensor(np.asarray(R.shape_of(convert_to_tensor(input)), dtype=dtypes.numpy_dtype(out_type)))
+    """The shape of a tensor, as a 1-d integer tensor (in a graph: its shape when the graph runs)."""
+    x = convert_to_tensor(input)
+    if getattr(x, "_value", None) is None:
+        return execute(_shape_op, (x,), {"out_type": dtypes.numpy_dtype(out_type)})
+    return Tensor(np.asarray(R.shape_of(x), dtype=dtypes.numpy_dtype(out_type)))
 
 
 def size(input, out_type=dtypes.int32, name=None):  # noqa: A002 - TF's signature

@@ -188,7 +188,7 @@ _cast_op = defop("cast", lambda x, dtype: x.astype(dtype), _cast_rule, _cast_gra
 def cast(x, dtype, name=None):
     """Convert to ``dtype`` (floats to ints truncate toward zero, as in TensorFlow)."""
     want = dtypes.numpy_dtype(dtype)
-    if isinstance(x, Tensor) and x._value.dtype == want:
+    if isinstance(x, Tensor) and dtypes.numpy_dtype(x.dtype) == want:
         return x
     return execute(_cast_op, (x,), {"dtype": want})
 

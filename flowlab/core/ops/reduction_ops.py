@@ -26,12 +26,6 @@ def _axes(x, axis):
     return tuple(sorted({R.norm_axis(int(a), rank) for a in axis}))
 
 
-def _kept_shape(x, axis):
-    """The input's shape with every reduced axis set to 1 (what keepdims=True gives)."""
-    shape = R.shape_of(x)
-    return tuple(1 if axis is None or i in axis else d for i, d in enumerate(shape))
-
-
 def _spread_kernel(g, x, axis, keepdims, mean):
     if not keepdims:
         g = g.reshape(tuple(1 if axis is None or i in axis else d for i, d in enumerate(x.shape)))
@@ -67,7 +61,10 @@ def _spread(c, g, mean=False):
 def _extreme_grad(c, g):
     # NOTE: ties share the gradient equally, so the sum over the inputs stays g (as TensorFlow does).
     x = c.inputs[0]
-    y = c.output if c.attrs["keepdims"] else array_ops.reshape(c.output, _kept_shape(x, c.attrs["axis"]))
+    y = c.output
+    if not c.attrs["keepdims"]:   # put the reduced axes back as size 1 (works for unknown sizes)
+        for a in (range(len(R.shape_of(x))) if c.attrs["axis"] is None else c.attrs["axis"]):
+            y = array_ops.expand_dims(y, a)
     mask = math_ops.cast(math_ops.equal(x, y), x.dtype)
     ties = reduce_sum(mask, axis=c.attrs["axis"], keepdims=True)
     return (_spread(c, g) * mask / ties,)

@@ -1,0 +1,328 @@
+"""TF1 graphs on top of flowlab's: one process-wide default graph, tensors that work outside
+``with g.as_default():``, names and name scopes, collections, ``tf.group``.
+
+In TF1 every op builds a graph node: there is always a default graph. flowlab is eager unless a
+graph is the thread's default, so the TF1 functions of ``flowlab.compat.v1`` enter a graph for
+the duration of the call: the graph of their tensor inputs, else ``get_default_graph()``.
+
+A ``tf.Graph`` is a flowlab ``Graph`` whose tensors behave as TF1's graph tensors do: hashable,
+with ``==`` meaning "the same tensor" (so they can key a ``feed_dict``), and whose operators
+(``x + 1``, ``a @ b``, ``x[0]``) add to the tensor's own graph even when no graph is the default.
+Its nodes are ``tf.Operation``s, which have ``run()``.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+
+import numpy as np
+
+from ..core import graph as _core_graph
+from ..core._context import state
+from ..core.execute import defop, execute
+from ..core.graph import GraphTensor, Node
+from ..core.tensor import Tensor
+from ..core.tensor import Variable as _CoreVariable
+
+__all__ = ["Graph", "Operation", "get_default_graph", "reset_default_graph", "graph_function", "building",
+           "name_scope", "group", "no_op", "GraphKeys", "get_collection", "add_to_collection",
+           "get_collection_ref", "graph_info"]
+
+
+class GraphKeys:
+    """The names of the standard collections (``graph.collections[key]``), as TF1 spells them."""
+    GLOBAL_VARIABLES = "variables"
+    TRAINABLE_VARIABLES = "trainable_variables"
+    LOCAL_VARIABLES = "local_variables"
+    GLOBAL_STEP = "global_step"
+    UPDATE_OPS = "update_ops"
+    LOSSES = "losses"
+    TRAIN_OP = "train_op"
+
+
+# -- tensors and operations of a tf.Graph ---------------------------------------------------------
+class Operation(Node):
+    """A node of a ``tf.Graph``: ``name``, ``type``, ``inputs``, ``outputs``, ``device``, and
+    ``run()``, which runs it in the default session (TF1 ops have no value: running one returns None)."""
+
+    __slots__ = ()
+
+    @property
+    def type(self) -> str:
+        return self.op.name
+
+    @property
+    def outputs(self):
+        return [self.output]
+
+    def values(self):
+        return (self.output,)
+
+    def run(self, feed_dict=None, session=None):
+        """Run this operation (and what it needs) in ``session`` or the default session."""
+        from ._session import get_default_session
+        sess = session or get_default_session()
+        if sess is None:
+            raise ValueError(f"{self.name}.run() needs a default session: use `with tf.Session() as sess:` "
+                             "or pass session=")
+        sess.run(self, feed_dict=feed_dict)
+
+
+_OPERATORS = ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "floordiv", "rfloordiv",
+              "mod", "rmod", "pow", "rpow", "matmul", "rmatmul", "neg", "pos", "abs", "invert",
+              "and", "rand", "or", "ror", "lt", "le", "gt", "ge", "getitem")
+
+
+def _in_own_graph(dunder):
+    """``Tensor.<dunder>`` (the op table's), with the object's graph made the default if none is."""
+    def operator(self, *args):
+        method = getattr(Tensor, dunder)   # looked up on each call: the op table owns it
+        if state().graph is not None:
+            return method(self, *args)
+        with self.graph.as_default():
+            return method(self, *args)
+    operator.__name__ = dunder
+    return operator
+
+
+def operators_in_own_graph(cls):
+    """Give ``cls`` (which has ``.graph``) the operators of a TF1 graph tensor; identity equality."""
+    for name in _OPERATORS:
+        if hasattr(Tensor, f"__{name}__"):
+            setattr(cls, f"__{name}__", _in_own_graph(f"__{name}__"))
+    cls.__eq__ = lambda self, other: self is other   # TF1: `==` compares identity; use tf.equal for values
+    cls.__ne__ = lambda self, other: self is not other
+    cls.__hash__ = object.__hash__
+    return cls
+
+
+@operators_in_own_graph
+class _Tensor(GraphTensor):
+    """The output of a node of a ``tf.Graph`` (see the module docstring)."""
+
+    __slots__ = ()
+
+
+class Graph(_core_graph.Graph):
+    """flowlab's ``Graph`` with TF1 manners: see the module docstring. ``finalize()`` makes it
+    read-only, which catches a training loop that keeps adding nodes.
+
+    >>> import flowlab.compat.v1 as tf
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     x = tf.placeholder(tf.float32, [2], name="x")
+    >>> y = x * 2.0                      # no `with` needed: x knows its graph
+    >>> y.graph is g, y in {x: 0, y: 1}  # tensors are hashable (feed_dict keys)
+    (True, True)
+    """
+
+    def __init__(self, name: str = "graph"):
+        super().__init__(name)
+        self._finalized = False
+
+    def _append(self, op, inputs, attrs, shape, dtype, name=None):
+        if self._finalized:
+            raise RuntimeError(f"graph {self.name!r} is finalized and cannot be modified (it would get a "
+                               f"{op.name} node): build every op before the training loop")
+        if name is None:
+            name = _scope_prefix() + op.name
+        out = super()._append(op, inputs, attrs, shape, dtype, name)
+        out.__class__ = _Tensor
+        out.node.__class__ = Operation
+        return out
+
+    def finalize(self):
+        """Forbid adding nodes from now on (``tf.train.MonitoredSession`` does this in TF1)."""
+        self._finalized = True
+
+    @property
+    def finalized(self) -> bool:
+        return self._finalized
+
+    def _unfinalize(self):
+        self._finalized = False
+
+    def _rename(self, node, name, scoped=True):
+        """Give ``node`` the name the user asked for (made unique; under the name scope if ``scoped``)."""
+        node.name = self._unique((_scope_prefix() if scoped else "") + name)
+
+    def get_operation_by_name(self, name: str):
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(f"graph {self.name!r} has no operation {name!r}")
+
+    def get_collection(self, key, scope=None):
+        return get_collection(key, scope, graph=self)
+
+    def add_to_collection(self, name, value):
+        add_to_collection(name, value, graph=self)
+
+    def device(self, device_name):
+        from ..core.device import device
+        return device(device_name)
+
+    def name_scope(self, name):
+        return name_scope(name)
+
+
+# -- the process's default graph ------------------------------------------------------------------
+_process_default = Graph("default")
+
+
+def get_default_graph():
+    """The graph ops are added to: the innermost ``with g.as_default():`` of this thread, else the
+    process-wide default graph (TF1 always has one)."""
+    g = state().graph
+    return g if g is not None else _process_default
+
+
+def reset_default_graph():
+    """Replace the process-wide default graph by an empty one (tensors of the old graph stay in it)."""
+    global _process_default
+    if state().graph is not None:
+        raise RuntimeError("reset_default_graph() was called inside `with graph.as_default():` (or a "
+                           "session's `with` block); leave the block first, or make a new tf.Graph()")
+    _process_default = Graph("default")
+
+
+def graph_info(graph):
+    """compat's own notes on a graph: variable names, the get_variable store, unshaped placeholders."""
+    info = graph.__dict__.get("_v1_info")
+    if info is None:
+        info = graph.__dict__["_v1_info"] = _GraphInfo()
+    return info
+
+
+class _GraphInfo:
+    __slots__ = ("variable_names", "store", "unshaped")
+
+    def __init__(self):
+        self.variable_names: set = set()   # names of tf.Variables (unique within the graph)
+        self.store: dict = {}              # get_variable: full name -> Variable
+        self.unshaped: set = set()         # ids of nodes of placeholders declared without a shape
+
+
+# -- building from outside a `with` ---------------------------------------------------------------
+def graph_of(args, kwargs=None):
+    """The graph of the first graph tensor or TF1 variable among the arguments (one level deep)."""
+    for value in (*args, *(kwargs or {}).values()):
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        for x in items:
+            if isinstance(x, GraphTensor):
+                return x.graph
+            g = getattr(x, "graph", None) if isinstance(x, _CoreVariable) else None
+            if g is not None:
+                return g
+    return None
+
+
+def building(graph):
+    """``graph.as_default()`` unless some graph already is the default (then add to that one)."""
+    return graph.as_default() if state().graph is None else contextlib.nullcontext(state().graph)
+
+
+def as_graph_value(graph, value):
+    """An eager tensor made into a constant of ``graph``: every TF1 function returns graph tensors."""
+    if isinstance(value, Tensor) and not isinstance(value, (GraphTensor, _CoreVariable)):
+        return graph.constant(value)
+    if isinstance(value, list):
+        return [as_graph_value(graph, v) for v in value]
+    return value
+
+
+def graph_function(fn, tf_name=None):
+    """``fn`` as a TF1 function: it builds nodes (in its inputs' graph, else the default graph),
+    always returns graph tensors, and names its result when given ``name=``."""
+    @functools.wraps(fn)
+    def build(*args, name=None, **kwargs):
+        graph = state().graph or graph_of(args, kwargs) or get_default_graph()
+        with building(graph) as graph:
+            out = as_graph_value(graph, fn(*args, **kwargs))
+        if name and isinstance(out, GraphTensor) and isinstance(out.graph, Graph):
+            out.graph._rename(out.node, name)
+        return out
+    if tf_name:
+        build.__name__ = build.__qualname__ = tf_name
+    return build
+
+
+# -- name scopes ----------------------------------------------------------------------------------
+_scopes = threading.local()
+
+
+def _scope_stack():
+    stack = getattr(_scopes, "names", None)
+    if stack is None:
+        stack = _scopes.names = []
+    return stack
+
+
+def _scope_prefix() -> str:
+    stack = _scope_stack()
+    return stack[-1] if stack else ""
+
+
+@contextlib.contextmanager
+def name_scope(name, default_name=None, values=None):
+    """Prefix the names of the nodes made inside with ``name/`` (nested scopes add up)."""
+    name = name or default_name
+    stack = _scope_stack()
+    prefix = (f"{_scope_prefix()}{name}/" if name else "")
+    stack.append(prefix)
+    try:
+        yield prefix
+    finally:
+        stack.pop()
+
+
+# -- grouping and collections ---------------------------------------------------------------------
+# A real node, so that a train op shows in g.pretty(); its value (True) is never returned.
+_GROUP = defop("group", lambda *_: np.True_, lambda *_: ((), np.dtype(np.bool_)),
+               doc="Nothing; running it runs its inputs first (tf.group, tf.no_op).")
+
+
+def _as_fetchable(x):
+    if isinstance(x, Node):
+        return x.output
+    if isinstance(x, _CoreVariable) and getattr(x, "graph", None) is not None:
+        return x.value()
+    if isinstance(x, GraphTensor):
+        return x
+    raise TypeError(f"tf.group takes operations and tensors, not {type(x).__name__}")
+
+
+def group(*inputs, name=None):
+    """One operation that, when run, runs all of ``inputs`` (operations or tensors)."""
+    flat = []
+    for x in inputs:
+        flat.extend(x if isinstance(x, (list, tuple)) else [x])
+    tensors = [_as_fetchable(x) for x in flat]
+    graph = state().graph or graph_of(tensors) or get_default_graph()
+    with building(graph) as graph:
+        out = execute(_GROUP, tuple(tensors))
+    if name and isinstance(graph, Graph):
+        graph._rename(out.node, name)
+    return out.node
+
+
+def no_op(name=None):
+    """An operation that does nothing."""
+    return group(name=name or "NoOp")
+
+
+def add_to_collection(name, value, graph=None):
+    (graph or get_default_graph()).collections.setdefault(name, []).append(value)
+
+
+def get_collection_ref(key, graph=None):
+    return (graph or get_default_graph()).collections.setdefault(key, [])
+
+
+def get_collection(key, scope=None, graph=None):
+    """A copy of the collection ``key`` (only items whose name starts with ``scope``, if given)."""
+    items = list((graph or get_default_graph()).collections.get(key, []))
+    if scope:
+        items = [x for x in items if str(getattr(x, "name", "")).startswith(scope)]
+    return items

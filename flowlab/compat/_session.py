@@ -1,0 +1,389 @@
+"""``tf.Session``: runs the part of a graph that some fetches need, with values fed in.
+
+``run(fetches, feed_dict)`` turns the fetches (any nesting of lists, tuples, namedtuples and dicts
+of tensors, operations, variables and tensor names) into a list of graph tensors, and asks the
+executor for a plan that computes them from the fed tensors: only the nodes the fetches need run
+(TF1 semantics), in the order they were built. Plans are compiled once per (fetches, feeds) and
+kept until the graph changes. Before a plan runs, the session checks that every TF1 variable it
+reads has been initialized; after, it marks the variables the plan initialized.
+"""
+from __future__ import annotations
+
+import collections.abc
+import sys
+import threading
+import warnings
+
+import numpy as np
+
+from ..core.backends import to_numpy
+from ..core.device import RemoteDeviceError, resolve
+from ..core.errors import InvalidArgumentError
+from ..core.executor import compile_plan
+from ..core.graph import Graph as _CoreGraph
+from ..core.graph import GraphTensor, Node
+from ..core.tensor import Tensor
+from ..core.tensor import Variable as _CoreVariable
+from ._graphs import get_default_graph, graph_info
+from ._variables import Variable, uninitialized_error
+
+__all__ = ["Session", "InteractiveSession", "get_default_session", "ConfigProto"]
+
+RECOMPILE_WARNING = 5   # recompiling one run this often means the graph grows inside a loop
+
+
+class ConfigProto:
+    """Session options: ``log_device_placement`` prints each node's device when a plan is built;
+    ``allow_soft_placement`` runs nodes placed on a missing local device on the CPU instead of failing."""
+
+    def __init__(self, log_device_placement=False, allow_soft_placement=False, **options):
+        self.log_device_placement = bool(log_device_placement)
+        self.allow_soft_placement = bool(allow_soft_placement)
+        self.options = options
+
+    def __repr__(self):
+        return (f"ConfigProto(log_device_placement={self.log_device_placement}, "
+                f"allow_soft_placement={self.allow_soft_placement})")
+
+
+_local = threading.local()
+
+
+def _session_stack():
+    stack = getattr(_local, "sessions", None)
+    if stack is None:
+        stack = _local.sessions = []
+    return stack
+
+
+def get_default_session():
+    """The session ``Tensor.eval()`` and ``Operation.run()`` use: the innermost ``with sess:`` or
+    ``sess.as_default()`` of this thread, or an open InteractiveSession; None if there is none."""
+    stack = _session_stack()
+    return stack[-1] if stack else None
+
+
+class _Compiled:
+    """A plan with what the session checks around it: variables read before the plan sets them,
+    and variables the plan initializes."""
+
+    __slots__ = ("plan", "version", "must_be_initialized", "initializes", "recompiles")
+
+    def __init__(self, plan, version, recompiles):
+        self.plan, self.version, self.recompiles = plan, version, recompiles
+        checks, sets, set_so_far = [], [], set()
+        for node in plan.nodes:
+            v = node.attrs.get("variable") if node.attrs else None
+            if not isinstance(v, Variable):
+                continue
+            if node.op.name == "assign" and node.attrs.get("mode") == "set":
+                set_so_far.add(id(v))
+                sets.append(v)
+            elif id(v) not in set_so_far:
+                checks.append((v, node))
+        self.must_be_initialized, self.initializes = checks, sets
+
+
+class Session:
+    """Runs graphs: ``sess.run(fetches, feed_dict)``.
+
+    ``graph``: the graph to run (default: the default graph when the session is made). ``target``:
+    where to run; only this process ("" or None) for now. A ``with`` block makes the session the
+    default session and its graph the default graph, and closes it at the end.
+
+    >>> import flowlab.compat.v1 as tf
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     x = tf.placeholder(tf.float32, [None], name="x")
+    ...     total = tf.reduce_sum(x * 2.0)
+    >>> with tf.Session(graph=g) as sess:
+    ...     print(sess.run({"total": total, "x": x}, feed_dict={x: [1.0, 2.0]}))
+    {'total': 6.0, 'x': array([1., 2.], dtype=float32)}
+    """
+
+    def __init__(self, target="", graph=None, config=None):
+        if target not in (None, ""):
+            raise NotImplementedError(
+                f"Session({target!r}): a session on another process needs a running cluster; remote sessions "
+                "come with fl.cluster.LocalCluster (not built yet). Leave the target out to run the graph in "
+                "this process.")
+        graph = graph if graph is not None else get_default_graph()
+        if not isinstance(graph, _CoreGraph):
+            raise TypeError(f"Session(graph=...) takes a tf.Graph, not {type(graph).__name__}")
+        self.graph = graph
+        self.config = config or ConfigProto()
+        self._plans: dict = {}
+        self._reads: dict = {}        # plain fl.Variables fetched: one read node each
+        self._closed = False
+        self._entered: list = []
+        self.plans_compiled = 0       # how many plans this session built (a steady loop builds none)
+        self._warned = False
+
+    # -- the default session ----------------------------------------------------------------------
+    def as_default(self):
+        """A ``with`` block in which this is the default session (it stays open afterwards)."""
+        return _AsDefault(self)
+
+    def __enter__(self):
+        graph_scope = self.graph.as_default()
+        graph_scope.__enter__()
+        _session_stack().append(self)
+        self._entered.append(graph_scope)
+        return self
+
+    def __exit__(self, *exc):
+        stack = _session_stack()
+        if stack and stack[-1] is self:
+            stack.pop()
+        self._entered.pop().__exit__(*exc)
+        self.close()
+        return False
+
+    def close(self):
+        """Release the session's plans; running it afterwards is an error."""
+        self._closed = True
+        self._plans.clear()
+
+    # -- running ----------------------------------------------------------------------------------
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        """The values of ``fetches`` (numpy arrays and scalars, in the same structure; None for an
+        operation), computing only what they need, with ``feed_dict`` {tensor: value} standing in
+        for those tensors (placeholders or any other)."""
+        if self._closed:
+            raise RuntimeError("Attempted to use a closed Session.")
+        targets: list = []
+        template = self._structure(fetches, targets)
+        feeds, arrays = self._feeds(feed_dict)
+        if targets:
+            compiled = self._compiled(targets, feeds)
+            for variable, node in compiled.must_be_initialized:
+                if not variable._initialized:
+                    raise uninitialized_error(variable, f"needed by {_names(targets)}", node)
+            values = compiled.plan(*arrays)
+            for variable in compiled.initializes:
+                variable._initialized = True
+        else:
+            values = ()
+        return _rebuild(template, values)
+
+    def _structure(self, fetch, targets):
+        """The fetch structure with each leaf replaced by ('value', i) or ('op', i); fills ``targets``."""
+        if isinstance(fetch, collections.abc.Mapping):
+            return type(fetch)((k, self._structure(v, targets)) for k, v in fetch.items()) \
+                if type(fetch) is not dict else {k: self._structure(v, targets) for k, v in fetch.items()}
+        if isinstance(fetch, tuple) and hasattr(fetch, "_fields"):
+            return type(fetch)(*(self._structure(v, targets) for v in fetch))
+        if isinstance(fetch, (list, tuple)):
+            return type(fetch)(self._structure(v, targets) for v in fetch)
+        kind, tensor = self._fetch_target(fetch)
+        targets.append(tensor)
+        return _Leaf(kind, len(targets) - 1)
+
+    def _fetch_target(self, fetch):
+        graph = self.graph
+        if isinstance(fetch, str):
+            fetch = _by_name(graph, fetch)
+        if isinstance(fetch, Node):
+            self._check_graph(fetch.graph, fetch.name)
+            return "op", fetch.output
+        if isinstance(fetch, Variable) and fetch.graph is graph:
+            return "value", fetch.value()
+        if isinstance(fetch, GraphTensor):
+            self._check_graph(fetch.graph, fetch.name)
+            return "value", fetch
+        if isinstance(fetch, _CoreVariable):
+            if isinstance(fetch, Variable):
+                self._check_graph(fetch.graph, fetch.name)
+            read = self._reads.get(id(fetch))
+            if read is None:
+                read = self._reads[id(fetch)] = (graph.read(fetch), fetch)
+            return "value", read[0]
+        if isinstance(fetch, Tensor):
+            return "value", graph.constant(fetch)
+        raise TypeError(f"cannot fetch {fetch!r} ({type(fetch).__name__}): fetch tensors, operations, variables, "
+                        "tensor names such as 'x:0', or lists, tuples and dicts of them")
+
+    def _check_graph(self, graph, name):
+        if graph is not self.graph:
+            raise ValueError(f"{name} is not an element of this session's graph ({self.graph.name!r}; it belongs "
+                             f"to {graph.name!r}): make the session with tf.Session(graph=...) or build the "
+                             "tensor inside `with graph.as_default():`")
+
+    def _feeds(self, feed_dict):
+        if not feed_dict:
+            return (), ()
+        pairs = []
+        for key, value in feed_dict.items():
+            tensor = self._feed_key(key)
+            pairs.append((tensor, _feed_value(self.graph, tensor, value)))
+        pairs.sort(key=lambda p: p[0].node.index)   # one plan per set of fed tensors, whatever the dict order
+        return tuple(t for t, _ in pairs), tuple(a for _, a in pairs)
+
+    def _feed_key(self, key):
+        if isinstance(key, str):
+            key = _by_name(self.graph, key)
+        if isinstance(key, _CoreVariable):
+            raise TypeError(f"cannot feed the variable {key.name}: feed placeholders or other tensors; to set a "
+                            "variable, run v.assign(value) or call v.load(value, sess)")
+        if isinstance(key, Node):
+            key = key.output
+        if not isinstance(key, GraphTensor):
+            raise TypeError(f"feed_dict keys must be graph tensors or their names, not {type(key).__name__}")
+        self._check_graph(key.graph, key.name)
+        return key
+
+    def _compiled(self, targets, feeds):
+        key = (tuple(id(t.node) for t in targets), tuple(id(t.node) for t in feeds))
+        entry = self._plans.get(key)
+        if entry is not None and entry.version == self.graph.version:
+            return entry
+        recompiles = 0 if entry is None else entry.recompiles + 1
+        if recompiles >= RECOMPILE_WARNING and not self._warned:
+            self._warned = True
+            warnings.warn(f"the graph changed before each of the last {recompiles} runs of the same fetches, so "
+                          "each run compiled a new plan: is the training loop making ops (tf.* calls, `x + 1`, "
+                          "optimizer.minimize)? Build them once, before the loop (graph.finalize() catches this).",
+                          stacklevel=3)
+        try:
+            plan = compile_plan(self.graph, targets, feeds, run_stateful=False)
+        except ValueError as e:   # a placeholder nobody fed
+            raise InvalidArgumentError(f"{e}: pass it in feed_dict", op="placeholder") from None
+        self._check_placement(plan)
+        entry = self._plans[key] = _Compiled(plan, self.graph.version, recompiles)
+        self.plans_compiled += 1
+        return entry
+
+    def _check_placement(self, plan):
+        soft, log = self.config.allow_soft_placement, self.config.log_device_placement
+        for node in plan.nodes:
+            device = node.device
+            if device is not None:
+                try:
+                    device = resolve(device)
+                except RemoteDeviceError as e:
+                    raise RemoteDeviceError(f"node {node.name} (made at {node.source}) is placed on another job "
+                                            f"or task, and this session runs in this process only: {e}") from None
+                except InvalidArgumentError as e:
+                    if not soft:
+                        raise InvalidArgumentError(f"node {node.name} (made at {node.source}): {e} (or make the "
+                                                   "session with config=tf.ConfigProto(allow_soft_placement=True))",
+                                                   op=node.op.name, source=node.source) from None
+                    device = None
+            if log:
+                print(f"{node.name}: ({node.op.name}): {device or '/job:localhost/replica:0/task:0/device:CPU:0'}",
+                      file=sys.stderr)
+
+    def __repr__(self):
+        return f"<tf.Session on {self.graph!r}{' (closed)' if self._closed else ''}>"
+
+
+class InteractiveSession(Session):
+    """A session that makes itself the default session until ``close()``, for notebooks and shells:
+    ``t.eval()`` and ``op.run()`` work without a ``with`` block. (Unlike TF1, it does not make its
+    graph the default: TF1 functions build in the default graph anyway, and flowlab's own eager
+    ops keep running eagerly.)"""
+
+    def __init__(self, target="", graph=None, config=None):
+        super().__init__(target, graph, config)
+        _session_stack().append(self)
+
+    def close(self):
+        stack = _session_stack()
+        if self in stack:
+            stack.remove(self)
+        super().close()
+
+
+class _AsDefault:
+    def __init__(self, session):
+        self.session = session
+
+    def __enter__(self):
+        _session_stack().append(self.session)
+        return self.session
+
+    def __exit__(self, *exc):
+        stack = _session_stack()
+        if stack and stack[-1] is self.session:
+            stack.pop()
+        return False
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+class _Leaf:
+    __slots__ = ("kind", "index")
+
+    def __init__(self, kind, index):
+        self.kind, self.index = kind, index
+
+
+def _rebuild(template, values):
+    if isinstance(template, _Leaf):
+        return None if template.kind == "op" else _result(values[template.index])
+    if isinstance(template, collections.abc.Mapping):
+        items = ((k, _rebuild(v, values)) for k, v in template.items())
+        return {k: v for k, v in items} if type(template) is dict else type(template)(items)
+    if isinstance(template, tuple) and hasattr(template, "_fields"):
+        return type(template)(*(_rebuild(v, values) for v in template))
+    return type(template)(_rebuild(v, values) for v in template)
+
+
+def _result(value):
+    """A fetched value as TF1 gives it: a numpy scalar for 0-d, else an array (read-only: it may be
+    a variable's own array, which nothing may write into)."""
+    if type(value) is not np.ndarray:
+        if isinstance(value, np.generic):
+            return value
+        value = to_numpy(value)
+    if value.ndim == 0:
+        return value[()]
+    view = value.view()
+    view.flags.writeable = False
+    return view
+
+
+def _names(targets):
+    return ", ".join(t.name for t in targets[:3]) + (" ..." if len(targets) > 3 else "")
+
+
+def _by_name(graph, name):
+    """'x:0' is the tensor x; 'x' is the operation x (as in TF1)."""
+    if ":" in name:
+        base, index = name.rsplit(":", 1)
+        if index != "0":
+            raise ValueError(f"{name!r}: flowlab ops have one output, {base}:0")
+        return graph.get_tensor_by_name(name)
+    for node in graph.nodes:
+        if node.name == name:
+            return node
+    raise KeyError(f"graph {graph.name!r} has no operation named {name!r}")
+
+
+def _feed_value(graph, tensor, value):
+    """``value`` as an array of ``tensor``'s dtype, checked against its shape (a copy: the graph keeps it)."""
+    if isinstance(value, GraphTensor):
+        raise TypeError(f"the value fed to {tensor.name} is a graph tensor ({value.name}); feed numbers, lists or "
+                        "numpy arrays (run the tensor first to get its value)")
+    if isinstance(value, Tensor):
+        value = to_numpy(value._value)
+    want = tensor._dtype
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise TypeError(f"cannot feed {value!r} to {tensor.name}: {e}") from None
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"cannot feed {type(value).__name__} of {array.dtype} to {tensor.name} "
+                        f"({want.name}): feed numbers")
+    if want.kind in "iub" and array.dtype.kind == "f" and array.size and not np.all(np.mod(array, 1) == 0):
+        raise TypeError(f"cannot feed {array.dtype} values with fractions to {tensor.name}, which is {want.name}; "
+                        "round or cast them first")
+    shape = tensor._shape
+    if array.ndim != len(shape) or any(d is not None and d != a for d, a in zip(shape, array.shape)):
+        declared = "[" + ", ".join("None" if d is None else str(d) for d in shape) + "]"
+        hint = ""
+        if id(tensor.node) in graph_info(graph).unshaped:
+            hint = (f"; {tensor.name} was made without a shape, which flowlab reads as a scalar: give "
+                    "tf.placeholder a shape (None for any size, e.g. shape=[None, 3])")
+        raise ValueError(f"cannot feed a value of shape {tuple(array.shape)} to {tensor.name}, which has shape "
+                         f"{declared}{hint}")
+    return np.array(array, dtype=want, copy=True)

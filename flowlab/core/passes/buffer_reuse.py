@@ -1,0 +1,55 @@
+"""Buffer reuse: an elementwise node writes its result into the buffer of an input that dies there."""
+from __future__ import annotations
+
+from ..execute import get_op
+from ._rewrite import on_local_cpu, rewire
+from .fusion import ELEMENTWISE, elementwise_node, elementwise_steps, fusable
+
+# Ops whose kernel returns a new array that shares memory with nothing (when its rank is 1 or more).
+FRESH = frozenset(ELEMENTWISE) | {"matmul", "reduce_grad", "sparse_softmax_cross_entropy_grad", "softmax",
+                                  "log_softmax", "cast", "where", "concat", "stack"}
+
+
+def reuse_buffers(nodes, fetches, feeds):
+    """Let an elementwise node (fused or single) write its result with ``out=`` into an input's
+    buffer when that buffer is the plan's own and dead after this node: it was made in this run by
+    a kernel known to return a new array (``FRESH``), this node is the last to read it or any
+    value that may share its memory, it is not fetched, no stateful op has seen it (an assignment
+    makes it a variable's value), and it has the result's shape and dtype. That saves one
+    allocation per such node. Safe because nothing can observe the overwritten values: a value
+    that may share memory with the buffer is any output of a node not known to return a new array
+    (``reshape``, ``transpose``, ``getitem``, ``identity``... give views, or the input itself)
+    made from it, and all of them are dead too. Fed arrays, constants and variables' arrays
+    (``read`` returns the variable's own array) are never plan-owned, so never written; every
+    run allocates its own buffers, so results returned by earlier runs never change."""
+    fresh = {n for n in nodes if _fresh(n)}
+    owners = {}   # node -> the plan-owned buffers its output may share memory with
+    for n in nodes:
+        owners[n] = {n} if n in fresh else set().union(*(owners.get(t.node, ()) for t in n.inputs))
+    escaped, last_use = set(), {}
+    for t in fetches:
+        escaped |= owners.get(t.node, set())
+    for i, n in enumerate(nodes):
+        for t in n.inputs:
+            for buffer in owners.get(t.node, ()):
+                last_use[buffer] = i
+                if n.op.stateful:
+                    escaped.add(buffer)
+    replaced, out = {}, []
+    for i, n in enumerate(nodes):
+        if fusable(n) or hasattr(n.op.kernel, "steps"):
+            steps, inputs = elementwise_steps(n)
+            donated = [k for k, t in enumerate(inputs)
+                       if t.node in fresh and t.node not in escaped and last_use[t.node] == i]
+            new = elementwise_node(n, steps, inputs, donated) if donated else None
+            if new is not None:
+                replaced[n] = new.output
+                n = new
+        out.append(n)
+    return rewire(out, fetches, replaced)
+
+
+def _fresh(node) -> bool:
+    name = node.op.name
+    return bool(node.output._shape) and on_local_cpu(node) and (
+        (name in FRESH and node.op is get_op(name)) or hasattr(node.op.kernel, "steps"))

@@ -1,0 +1,190 @@
+"""Elementwise fusion: a chain (or small DAG) of elementwise ops becomes one node whose kernel
+runs them one after another, writing each result into a buffer it already has."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..execute import OpDef, get_op
+from ._rewrite import consumers, copy_node, on_local_cpu, rewire
+
+
+def _relu(x, out=None):
+    return np.maximum(x, 0, out=out)
+
+
+def _relu_grad(g, y, out=None):
+    return np.multiply(g, np.greater(y, 0), out=out)
+
+
+def _sigmoid(x, out=None):
+    t = np.multiply(x, 0.5, out=out)
+    if type(t) is not np.ndarray:   # a 0-d input gives a numpy scalar, which cannot be written to
+        return 0.5 * (np.tanh(t) + 1)
+    np.tanh(t, out=t)
+    np.add(t, 1, out=t)
+    return np.multiply(t, 0.5, out=t)
+
+
+# The fusable ops, by op name: a function that computes exactly what the op's kernel computes (the
+# same ufuncs, in the same order, so results are bit for bit the same) and takes ``out=``.
+# tests/unit/test_passes.py checks every entry against its op.
+ELEMENTWISE = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide,
+    "floordiv": np.floor_divide, "floormod": np.mod, "pow": np.power,
+    "maximum": np.maximum, "minimum": np.minimum,
+    "negative": np.negative, "abs": np.abs, "sign": np.sign, "square": np.square, "sqrt": np.sqrt,
+    "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+    "equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
+    "greater": np.greater, "greater_equal": np.greater_equal,
+    "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_not": np.logical_not,
+    "relu": _relu, "sigmoid": _sigmoid, "relu_grad": _relu_grad,
+}
+
+
+def fuse_elementwise(nodes, fetches, feeds):
+    """Replace each group of connected elementwise nodes (``ELEMENTWISE``, on this CPU, on one
+    device) whose intermediate results are read only inside the group, and are not fetched, by
+    one node that computes the group's last value. Its kernel (``elementwise_kernel``) runs the
+    members' ufuncs in program order with ``out=`` into a buffer it allocated in this call, so a
+    chain of N ops allocates once instead of N times and skips N-1 kernel calls of the plan.
+    Safe because the members are pure and their values are seen by no one else: moving them to
+    the last member's place changes nothing, the same ufuncs run in the same order (the same
+    bits), the inputs are never written, and the result is a new array every call. The fused op
+    (``fused(add,multiply,tanh)``) has a shape rule but no gradient: passes run after tracing."""
+    position = {n: i for i, n in enumerate(nodes)}
+    users = consumers(nodes)
+    fetched = {t.node for t in fetches}
+    taken, groups = set(), []
+    for root in reversed(nodes):
+        if root not in taken and fusable(root):
+            group = _grow(root, users, fetched, taken, position)
+            taken |= group
+            if len(group) > 1:
+                groups.append(sorted(group, key=position.__getitem__))
+    replaced, fused, dropped = {}, {}, set()
+    for group in groups:
+        root = group[-1]
+        fused[root] = _fuse(group)
+        replaced[root] = fused[root].output
+        dropped.update(group[:-1])
+    return rewire([fused.get(n, n) for n in nodes if n not in dropped], fetches, replaced)
+
+
+def fusable(node) -> bool:
+    name = node.op.name
+    return name in ELEMENTWISE and node.op is get_op(name) and not node.attrs and on_local_cpu(node)
+
+
+def _grow(root, users, fetched, taken, position):
+    """The group that ``root``'s result comes from: producers join while all their readers are in it."""
+    group, waiting, stack = {root}, set(), [root]
+    while stack:
+        for t in stack.pop().inputs:
+            p = t.node
+            if (p in group or p in taken or p not in position or p in fetched or not fusable(p)
+                    or p.device != root.device):
+                continue
+            waiting.add(p)
+        for p in [p for p in waiting if all(u in group for u in users[p])]:
+            waiting.discard(p)
+            group.add(p)
+            stack.append(p)
+    return group
+
+
+def _fuse(group):
+    members, var, inputs, index, steps = set(group), {}, [], {}, []
+    for j, m in enumerate(group):
+        args = []
+        for t in m.inputs:
+            if t.node in members:
+                args.append(var[t.node])
+            else:
+                if t.node not in index:
+                    index[t.node] = len(inputs)
+                    inputs.append(t)
+                args.append(f"x{index[t.node]}")
+        var[m] = f"t{j}"
+        steps.append((m.op.name, tuple(args), m.output._shape, m.output._dtype))
+    return elementwise_node(group[-1], steps, inputs)
+
+
+def elementwise_steps(node):
+    """``(steps, inputs)`` of a fused node, or of a single elementwise node (see elementwise_kernel)."""
+    kernel = node.op.kernel
+    if hasattr(kernel, "steps"):
+        return kernel.steps, list(node.inputs)
+    inputs = list({t.node: t for t in node.inputs}.values())
+    index = {t.node: k for k, t in enumerate(inputs)}
+    args = tuple(f"x{index[t.node]}" for t in node.inputs)
+    return [(node.op.name, args, node.output._shape, node.output._dtype)], inputs
+
+
+def elementwise_node(root, steps, inputs, donated=()):
+    """A node computing ``steps`` from the tensors ``inputs``, in place of ``root`` (whose output
+    it computes); None when ``donated`` is given but no step can write into a donated input."""
+    kernel, wrote = elementwise_kernel(steps, [(t._shape, t._dtype) for t in inputs], donated)
+    if donated and not wrote:
+        return None
+    names = [s[0] for s in steps]
+    name = names[0] if len(names) == 1 else "fused({})".format(
+        ",".join(names if len(names) <= 8 else names[:6] + [f"...{len(names)} ops"]))
+    op = OpDef(name + ("[in-place]" if donated else ""), kernel, _shape_rule(steps),
+               doc="Elementwise ops run as one kernel (made by flowlab.core.passes).")
+    return copy_node(root, op=op, inputs=list(inputs), attrs={}, name=root.name if len(steps) == 1 else name)
+
+
+def elementwise_kernel(steps, inputs, donated=()):
+    """Generate ``kernel(x0, x1, ...)``, which runs ``steps`` in order and returns the last one's
+    value; and whether it writes into a donated input.
+
+    ``steps``: (op name, argument names, shape, dtype) per op; an argument is an input (``x0``...)
+    or an earlier step's result (``t0``...). ``inputs``: (shape, dtype) of each input. A step
+    writes its result into an argument's buffer (``out=``) when the kernel owns that buffer (an
+    earlier step's result, or an input whose position is in ``donated``: the caller gave it up),
+    no later step reads it, and it has the result's dtype and shape (every argument broadcasts
+    into it, judged from static shapes). Otherwise the step allocates."""
+    specs = {f"x{k}": spec for k, spec in enumerate(inputs)}
+    owned = {f"x{k}" for k in donated}
+    last = {a: j for j, (_, args, _, _) in enumerate(steps) for a in args}
+    lines, wrote = [], False
+    for j, (name, args, shape, dtype) in enumerate(steps):
+        out = next((a for a in args if a in owned and last[a] == j and specs[a][1] == dtype and specs[a][0]
+                    and all(_fits(specs[a][0], specs[b][0]) for b in args)), None)
+        wrote |= out is not None and out[0] == "x"
+        lines.append(f"    t{j} = {name}({', '.join(args)}{f', out={out}' if out else ''})")
+        specs[f"t{j}"] = (shape, dtype)
+        if shape:   # a result of rank 0 is a numpy scalar: no buffer to write into
+            owned.add(f"t{j}")
+    source = (f"def kernel({', '.join(f'x{k}' for k in range(len(inputs)))}):\n"
+              + "\n".join(lines) + f"\n    return t{len(steps) - 1}\n")
+    namespace = {name: ELEMENTWISE[name] for name, *_ in steps}
+    exec(compile(source, "<flowlab fused kernel>", "exec"), namespace)  # noqa: S102 - our own generated code
+    kernel = namespace["kernel"]
+    kernel.steps, kernel.source = list(steps), source
+    return kernel, wrote
+
+
+def _fits(buffer, other) -> bool:
+    """Whether broadcasting a value of static shape ``other`` against ``buffer`` keeps ``buffer``'s
+    shape (None is an unknown dimension: it fits only against 1)."""
+    return len(other) <= len(buffer) and all(
+        o == 1 or (o is not None and o == b) for b, o in zip(reversed(buffer), reversed(other)))
+
+
+class _Spec:
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+
+def _shape_rule(steps):
+    """The fused op's shape rule: the members' rules, applied in order."""
+    def rule(*inputs):
+        values = {f"x{k}": x for k, x in enumerate(inputs)}
+        for j, (name, args, _, _) in enumerate(steps):
+            shape, dtype = get_op(name).shape_rule(*[values[a] for a in args])
+            values[f"t{j}"] = _Spec(shape, dtype)
+        return shape, dtype
+    return rule
