@@ -16,16 +16,13 @@ import contextlib
 import functools
 import threading
 
-import numpy as np
-
 from ..core import graph as _core_graph
 from ..core._context import state
-from ..core.execute import defop, execute
 from ..core.graph import GraphTensor, Node
 from ..core.tensor import Tensor
 from ..core.tensor import Variable as _CoreVariable
 
-__all__ = ["Graph", "Operation", "get_default_graph", "reset_default_graph", "graph_function", "building",
+__all__ = ["Graph", "Operation", "GroupOperation", "get_default_graph", "reset_default_graph", "graph_function", "building",
            "name_scope", "group", "no_op", "GraphKeys", "get_collection", "add_to_collection",
            "get_collection_ref", "graph_info"]
 
@@ -103,6 +100,21 @@ class _Tensor(GraphTensor):
 
     __slots__ = ()
 
+    @property
+    def device(self) -> str:
+        """The device its node was placed on, as a string ("" if none was asked for), as in TF1."""
+        spec = self.node.device
+        return spec.to_string() if hasattr(spec, "to_string") else (spec or "")
+
+    def eval(self, feed_dict=None, session=None):
+        """Its value, computed in ``session`` or the default session."""
+        from ._session import get_default_session
+        sess = session or get_default_session()
+        if sess is None:
+            raise ValueError(f"{self.name}.eval() needs a default session: use `with tf.Session() as sess:` "
+                             "or pass session=")
+        return sess.run(self, feed_dict=feed_dict)
+
 
 class Graph(_core_graph.Graph):
     """flowlab's ``Graph`` with TF1 manners: see the module docstring. ``finalize()`` makes it
@@ -151,6 +163,8 @@ class Graph(_core_graph.Graph):
         for node in self.nodes:
             if node.name == name:
                 return node
+        if name in graph_info(self).groups:
+            return graph_info(self).groups[name]
         raise KeyError(f"graph {self.name!r} has no operation {name!r}")
 
     def get_collection(self, key, scope=None):
@@ -196,9 +210,10 @@ def graph_info(graph):
 
 
 class _GraphInfo:
-    __slots__ = ("variable_names", "store", "unshaped")
+    __slots__ = ("variable_names", "store", "unshaped", "groups")
 
     def __init__(self):
+        self.groups: dict = {}             # tf.group operations by name (they are not nodes)
         self.variable_names: set = set()   # names of tf.Variables (unique within the graph)
         self.store: dict = {}              # get_variable: full name -> Variable
         self.unshaped: set = set()         # ids of nodes of placeholders declared without a shape
@@ -278,33 +293,53 @@ def name_scope(name, default_name=None, values=None):
 
 
 # -- grouping and collections ---------------------------------------------------------------------
-# A real node, so that a train op shows in g.pretty(); its value (True) is never returned.
-_GROUP = defop("group", lambda *_: np.True_, lambda *_: ((), np.dtype(np.bool_)),
-               doc="Nothing; running it runs its inputs first (tf.group, tf.no_op).")
+class GroupOperation:
+    """What ``tf.group`` returns: one operation that, when run, runs all of its inputs (and what they
+    need). It has no value: ``sess.run(op)`` gives None. (It is not a node of the graph: the nodes it
+    groups are.)"""
+
+    type = "NoOp"
+    device = None
+    outputs: list = []
+
+    def __init__(self, graph, tensors, name):
+        self.graph, self.inputs, self.name = graph, tensors, name
+
+    def run(self, feed_dict=None, session=None):
+        Operation.run(self, feed_dict, session)
+
+    def __repr__(self):
+        return f"<tf.Operation '{self.name}' type=NoOp, runs {len(self.inputs)} node(s)>"
 
 
-def _as_fetchable(x):
+def _fetchables(x):
+    if isinstance(x, GroupOperation):
+        return list(x.inputs)
     if isinstance(x, Node):
-        return x.output
+        return [x.output]
     if isinstance(x, _CoreVariable) and getattr(x, "graph", None) is not None:
-        return x.value()
+        return [x.value()]
     if isinstance(x, GraphTensor):
-        return x
+        return [x]
     raise TypeError(f"tf.group takes operations and tensors, not {type(x).__name__}")
 
 
 def group(*inputs, name=None):
-    """One operation that, when run, runs all of ``inputs`` (operations or tensors)."""
-    flat = []
+    """One operation that, when run, runs all of ``inputs`` (operations, tensors, or lists of them)."""
+    tensors = []
     for x in inputs:
-        flat.extend(x if isinstance(x, (list, tuple)) else [x])
-    tensors = [_as_fetchable(x) for x in flat]
+        for item in (x if isinstance(x, (list, tuple)) else [x]):
+            tensors.extend(t for t in _fetchables(item) if not any(t is u for u in tensors))
     graph = state().graph or graph_of(tensors) or get_default_graph()
-    with building(graph) as graph:
-        out = execute(_GROUP, tuple(tensors))
-    if name and isinstance(graph, Graph):
-        graph._rename(out.node, name)
-    return out.node
+    for t in tensors:
+        if t.graph is not graph:
+            raise ValueError(f"tf.group: {t.name} belongs to graph {t.graph.name!r}, not {graph.name!r}")
+    name = _scope_prefix() + (name or "group_deps")
+    if isinstance(graph, Graph):
+        name = graph._unique(name)
+    op = GroupOperation(graph, tensors, name)
+    graph_info(graph).groups[name] = op
+    return op
 
 
 def no_op(name=None):

@@ -24,12 +24,12 @@ from ..core.graph import Graph as _CoreGraph
 from ..core.graph import GraphTensor, Node
 from ..core.tensor import Tensor
 from ..core.tensor import Variable as _CoreVariable
-from ._graphs import get_default_graph, graph_info
+from ._graphs import GroupOperation, get_default_graph, graph_info
 from ._variables import Variable, uninitialized_error
 
 __all__ = ["Session", "InteractiveSession", "get_default_session", "ConfigProto"]
 
-RECOMPILE_WARNING = 5   # recompiling one run this often means the graph grows inside a loop
+GROWTH_WARNING = 20   # runs in a row, each after the graph grew: a loop that makes ops
 
 
 class ConfigProto:
@@ -67,12 +67,12 @@ class _Compiled:
     """A plan with what the session checks around it: variables read before the plan sets them,
     and variables the plan initializes."""
 
-    __slots__ = ("plan", "version", "must_be_initialized", "initializes", "recompiles")
+    __slots__ = ("plan", "must_be_initialized", "initializes")
 
-    def __init__(self, plan, version, recompiles):
-        self.plan, self.version, self.recompiles = plan, version, recompiles
+    def __init__(self, plan):
+        self.plan = plan
         checks, sets, set_so_far = [], [], set()
-        for node in plan.nodes:
+        for node in _user_nodes(plan):
             v = node.attrs.get("variable") if node.attrs else None
             if not isinstance(v, Variable):
                 continue
@@ -97,8 +97,9 @@ class Session:
     ...     x = tf.placeholder(tf.float32, [None], name="x")
     ...     total = tf.reduce_sum(x * 2.0)
     >>> with tf.Session(graph=g) as sess:
-    ...     print(sess.run({"total": total, "x": x}, feed_dict={x: [1.0, 2.0]}))
-    {'total': 6.0, 'x': array([1., 2.], dtype=float32)}
+    ...     out = sess.run({"total": total, "x": x}, feed_dict={x: [1.0, 2.0]})
+    >>> print(out["total"], out["x"])
+    6.0 [1. 2.]
     """
 
     def __init__(self, target="", graph=None, config=None):
@@ -112,11 +113,14 @@ class Session:
             raise TypeError(f"Session(graph=...) takes a tf.Graph, not {type(graph).__name__}")
         self.graph = graph
         self.config = config or ConfigProto()
-        self._plans: dict = {}
+        self._plans: dict = {}        # (fetched nodes, fed nodes) -> _Compiled, for graph version _plans_version
+        self._plans_version = None
         self._reads: dict = {}        # plain fl.Variables fetched: one read node each
         self._closed = False
         self._entered: list = []
         self.plans_compiled = 0       # how many plans this session built (a steady loop builds none)
+        self._seen_version = None
+        self._growth = 0              # runs in a row that found the graph changed
         self._warned = False
 
     # -- the default session ----------------------------------------------------------------------
@@ -151,6 +155,7 @@ class Session:
         for those tensors (placeholders or any other)."""
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
+        self._watch_growth()
         targets: list = []
         template = self._structure(fetches, targets)
         feeds, arrays = self._feeds(feed_dict)
@@ -167,22 +172,40 @@ class Session:
         return _rebuild(template, values)
 
     def _structure(self, fetch, targets):
-        """The fetch structure with each leaf replaced by ('value', i) or ('op', i); fills ``targets``."""
-        if isinstance(fetch, collections.abc.Mapping):
-            return type(fetch)((k, self._structure(v, targets)) for k, v in fetch.items()) \
-                if type(fetch) is not dict else {k: self._structure(v, targets) for k, v in fetch.items()}
+        """The fetch structure with each leaf replaced by its index in ``targets`` (which it fills),
+        or by _OP for an operation (no value)."""
+        cls = type(fetch)
+        if cls is list:
+            return [self._structure(v, targets) for v in fetch]
+        if cls is tuple:
+            return tuple([self._structure(v, targets) for v in fetch])
+        if cls is dict:
+            return {k: self._structure(v, targets) for k, v in fetch.items()}
+        if isinstance(fetch, GraphTensor) and fetch.graph is self.graph:   # the common leaf, quickly
+            targets.append(fetch)
+            return len(targets) - 1
         if isinstance(fetch, tuple) and hasattr(fetch, "_fields"):
-            return type(fetch)(*(self._structure(v, targets) for v in fetch))
+            return cls(*(self._structure(v, targets) for v in fetch))
         if isinstance(fetch, (list, tuple)):
-            return type(fetch)(self._structure(v, targets) for v in fetch)
-        kind, tensor = self._fetch_target(fetch)
-        targets.append(tensor)
-        return _Leaf(kind, len(targets) - 1)
+            return cls(self._structure(v, targets) for v in fetch)
+        if isinstance(fetch, collections.abc.Mapping):
+            return cls((k, self._structure(v, targets)) for k, v in fetch.items())
+        kind, tensors = self._fetch_target(fetch)
+        targets.extend(tensors)
+        return _OP if kind == "op" else len(targets) - 1
 
     def _fetch_target(self, fetch):
-        graph = self.graph
+        """('value', [tensor]) for something with a value; ('op', tensors to run) for an operation."""
         if isinstance(fetch, str):
-            fetch = _by_name(graph, fetch)
+            fetch = _by_name(self.graph, fetch)
+        if isinstance(fetch, GroupOperation):
+            self._check_graph(fetch.graph, fetch.name)
+            return "op", fetch.inputs
+        kind, tensor = self._fetch_one(fetch)
+        return kind, [tensor]
+
+    def _fetch_one(self, fetch):
+        graph = self.graph
         if isinstance(fetch, Node):
             self._check_graph(fetch.graph, fetch.name)
             return "op", fetch.output
@@ -212,12 +235,15 @@ class Session:
     def _feeds(self, feed_dict):
         if not feed_dict:
             return (), ()
-        pairs = []
+        graph, pairs = self.graph, []
         for key, value in feed_dict.items():
-            tensor = self._feed_key(key)
-            pairs.append((tensor, _feed_value(self.graph, tensor, value)))
-        pairs.sort(key=lambda p: p[0].node.index)   # one plan per set of fed tensors, whatever the dict order
-        return tuple(t for t, _ in pairs), tuple(a for _, a in pairs)
+            if not (isinstance(key, GraphTensor) and key.graph is graph):
+                key = self._feed_key(key)
+            pairs.append((key, _feed_value(graph, key, value)))
+        if len(pairs) > 1:
+            pairs.sort(key=_node_index)   # one plan per set of fed tensors, whatever the dict order
+        feeds, arrays = zip(*pairs)
+        return feeds, arrays
 
     def _feed_key(self, key):
         if isinstance(key, str):
@@ -225,6 +251,8 @@ class Session:
         if isinstance(key, _CoreVariable):
             raise TypeError(f"cannot feed the variable {key.name}: feed placeholders or other tensors; to set a "
                             "variable, run v.assign(value) or call v.load(value, sess)")
+        if isinstance(key, GroupOperation):
+            raise TypeError(f"cannot feed the operation {key.name}: it has no value")
         if isinstance(key, Node):
             key = key.output
         if not isinstance(key, GraphTensor):
@@ -232,30 +260,37 @@ class Session:
         self._check_graph(key.graph, key.name)
         return key
 
+    def _watch_growth(self):
+        version = self.graph.version
+        self._growth = self._growth + 1 if version != self._seen_version else 0
+        self._seen_version = version
+        if self._growth >= GROWTH_WARNING and not self._warned:
+            self._warned = True
+            warnings.warn(f"the graph grew before each of the last {self._growth} runs, so each run compiled a new "
+                          "plan and the graph keeps getting bigger: if a loop is making ops (tf.* calls, `x + 1`, "
+                          "optimizer.minimize), build them once before it (graph.finalize() catches this)",
+                          stacklevel=3)
+
     def _compiled(self, targets, feeds):
+        if self._plans_version != self.graph.version:
+            self._plans.clear()   # the graph changed: every plan is stale
+            self._plans_version = self.graph.version
         key = (tuple(id(t.node) for t in targets), tuple(id(t.node) for t in feeds))
         entry = self._plans.get(key)
-        if entry is not None and entry.version == self.graph.version:
+        if entry is not None:
             return entry
-        recompiles = 0 if entry is None else entry.recompiles + 1
-        if recompiles >= RECOMPILE_WARNING and not self._warned:
-            self._warned = True
-            warnings.warn(f"the graph changed before each of the last {recompiles} runs of the same fetches, so "
-                          "each run compiled a new plan: is the training loop making ops (tf.* calls, `x + 1`, "
-                          "optimizer.minimize)? Build them once, before the loop (graph.finalize() catches this).",
-                          stacklevel=3)
         try:
             plan = compile_plan(self.graph, targets, feeds, run_stateful=False)
         except ValueError as e:   # a placeholder nobody fed
             raise InvalidArgumentError(f"{e}: pass it in feed_dict", op="placeholder") from None
         self._check_placement(plan)
-        entry = self._plans[key] = _Compiled(plan, self.graph.version, recompiles)
+        entry = self._plans[key] = _Compiled(plan)
         self.plans_compiled += 1
         return entry
 
     def _check_placement(self, plan):
         soft, log = self.config.allow_soft_placement, self.config.log_device_placement
-        for node in plan.nodes:
+        for node in _user_nodes(plan):
             device = node.device
             if device is not None:
                 try:
@@ -310,22 +345,35 @@ class _AsDefault:
 
 
 # -- helpers ------------------------------------------------------------------------------------------
-class _Leaf:
-    __slots__ = ("kind", "index")
+def _user_nodes(plan):
+    """The graph's own nodes a plan runs (the passes may have replaced them by optimized copies)."""
+    return getattr(plan, "traced_nodes", plan.nodes)
 
-    def __init__(self, kind, index):
-        self.kind, self.index = kind, index
+
+_OP = object()   # the place of an operation in a fetch structure: its value is None
+
+
+def _node_index(pair):
+    return pair[0].node.index
 
 
 def _rebuild(template, values):
-    if isinstance(template, _Leaf):
-        return None if template.kind == "op" else _result(values[template.index])
-    if isinstance(template, collections.abc.Mapping):
-        items = ((k, _rebuild(v, values)) for k, v in template.items())
-        return {k: v for k, v in items} if type(template) is dict else type(template)(items)
+    cls = type(template)
+    if cls is int:
+        return _result(values[template])
+    if template is _OP:
+        return None
+    if cls is list:
+        return [_rebuild(v, values) for v in template]
+    if cls is tuple:
+        return tuple([_rebuild(v, values) for v in template])
+    if cls is dict:
+        return {k: _rebuild(v, values) for k, v in template.items()}
     if isinstance(template, tuple) and hasattr(template, "_fields"):
-        return type(template)(*(_rebuild(v, values) for v in template))
-    return type(template)(_rebuild(v, values) for v in template)
+        return cls(*(_rebuild(v, values) for v in template))
+    if isinstance(template, collections.abc.Mapping):
+        return cls((k, _rebuild(v, values)) for k, v in template.items())
+    return cls(_rebuild(v, values) for v in template)
 
 
 def _result(value):
@@ -356,17 +404,41 @@ def _by_name(graph, name):
     for node in graph.nodes:
         if node.name == name:
             return node
+    if name in graph_info(graph).groups:
+        return graph_info(graph).groups[name]
     raise KeyError(f"graph {graph.name!r} has no operation named {name!r}")
 
 
 def _feed_value(graph, tensor, value):
     """``value`` as an array of ``tensor``'s dtype, checked against its shape (a copy: the graph keeps it)."""
+    want = tensor._dtype
+    if type(value) is np.ndarray and value.dtype == want:
+        array = value
+    else:
+        array = _converted(tensor, value, want)
+    shape = tensor._shape
+    fits = array.ndim == len(shape)
+    if fits:
+        for d, a in zip(shape, array.shape):
+            if d is not None and d != a:
+                fits = False
+    if not fits:
+        declared = "[" + ", ".join("None" if d is None else str(d) for d in shape) + "]"
+        hint = ""
+        if id(tensor.node) in graph_info(graph).unshaped:
+            hint = (f"; {tensor.name} was made without a shape, which flowlab reads as a scalar: give "
+                    "tf.placeholder a shape (None for any size, e.g. shape=[None, 3])")
+        raise ValueError(f"cannot feed a value of shape {tuple(array.shape)} to {tensor.name}, which has shape "
+                         f"{declared}{hint}")
+    return array.copy() if array.dtype == want else array.astype(want)
+
+
+def _converted(tensor, value, want):
     if isinstance(value, GraphTensor):
         raise TypeError(f"the value fed to {tensor.name} is a graph tensor ({value.name}); feed numbers, lists or "
                         "numpy arrays (run the tensor first to get its value)")
     if isinstance(value, Tensor):
         value = to_numpy(value._value)
-    want = tensor._dtype
     try:
         array = np.asarray(value)
     except (ValueError, TypeError) as e:
@@ -377,13 +449,4 @@ def _feed_value(graph, tensor, value):
     if want.kind in "iub" and array.dtype.kind == "f" and array.size and not np.all(np.mod(array, 1) == 0):
         raise TypeError(f"cannot feed {array.dtype} values with fractions to {tensor.name}, which is {want.name}; "
                         "round or cast them first")
-    shape = tensor._shape
-    if array.ndim != len(shape) or any(d is not None and d != a for d, a in zip(shape, array.shape)):
-        declared = "[" + ", ".join("None" if d is None else str(d) for d in shape) + "]"
-        hint = ""
-        if id(tensor.node) in graph_info(graph).unshaped:
-            hint = (f"; {tensor.name} was made without a shape, which flowlab reads as a scalar: give "
-                    "tf.placeholder a shape (None for any size, e.g. shape=[None, 3])")
-        raise ValueError(f"cannot feed a value of shape {tuple(array.shape)} to {tensor.name}, which has shape "
-                         f"{declared}{hint}")
-    return np.array(array, dtype=want, copy=True)
+    return array

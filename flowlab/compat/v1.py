@@ -42,14 +42,13 @@ from ..core.device import DeviceSpec, device  # noqa: F401
 from ..core.dtypes import (DType, as_dtype, bool_, float16, float32, float64, int8, int16, int32,  # noqa: F401
                            int64, numpy_dtype, uint8)
 from ..core.errors import InvalidArgumentError, OpError
-from ..core.execute import defop, execute, get_op
 from ..core.graph import GraphTensor
 from ..core.shape import TensorShape  # noqa: F401
 from ..core.tensor import Tensor  # noqa: F401
 from ..core.tensor import constant as _eager_constant
 from . import v1_train as train  # noqa: F401
 from ._gradients import gradients  # noqa: F401
-from ._graphs import (Graph, GraphKeys, Operation, add_to_collection, get_collection,  # noqa: F401
+from ._graphs import (Graph, GraphKeys, GroupOperation, Operation, add_to_collection, get_collection,  # noqa: F401
                       get_collection_ref, get_default_graph, graph_function, graph_info, group, name_scope, no_op,
                       reset_default_graph)
 from ._session import ConfigProto, InteractiveSession, Session, get_default_session  # noqa: F401
@@ -104,40 +103,24 @@ def constant(value, dtype=None, shape=None, name=None, verify_shape=False):
     return out
 
 
-def _cast(x, dtype):
-    want = numpy_dtype(dtype)
-    if isinstance(x, GraphTensor):   # fl.cast reads x._value, which graph tensors lack
-        return x if x._dtype == want else execute(get_op("cast"), (x,), {"dtype": want})
-    return _ops.cast(x, dtype)
+cast = graph_function(_ops.cast)
+to_float = graph_function(lambda x: _ops.cast(x, float32), "to_float")
+to_double = graph_function(lambda x: _ops.cast(x, float64), "to_double")
+to_int32 = graph_function(lambda x: _ops.cast(x, int32), "to_int32")
+to_int64 = graph_function(lambda x: _ops.cast(x, int64), "to_int64")
 
 
-cast = graph_function(_cast, "cast")
-to_float = graph_function(lambda x: _cast(x, float32), "to_float")
-to_double = graph_function(lambda x: _cast(x, float64), "to_double")
-to_int32 = graph_function(lambda x: _cast(x, int32), "to_int32")
-to_int64 = graph_function(lambda x: _cast(x, int64), "to_int64")
-
-# shape and size of a tensor whose dimensions are only known when the graph runs
-_SHAPE = defop("dynamic_shape", lambda x, out_type: np.asarray(x.shape, out_type),
-               lambda x, out_type: ((len(x.shape),), np.dtype(out_type)), doc="x's shape, when the graph runs.")
-_SIZE = defop("dynamic_size", lambda x, out_type: np.asarray(x.size, out_type),
-              lambda x, out_type: ((), np.dtype(out_type)), doc="x's number of elements, when the graph runs.")
+def _size(input, out_type=int32):  # noqa: A002 - TF's signature
+    if isinstance(input, GraphTensor) and None in input._shape:   # fl.size needs every dimension now
+        return _ops.reduce_prod(_ops.shape(input, out_type=out_type))
+    return _ops.size(input, out_type=out_type)
 
 
-def _shape_op(op, static):
-    def fn(input, out_type=int32):  # noqa: A002 - TF's signature
-        if isinstance(input, GraphTensor) and None in input._shape:
-            return execute(op, (input,), {"out_type": numpy_dtype(out_type)})
-        return static(input, out_type=out_type)
-    return fn
-
-
-shape = graph_function(_shape_op(_SHAPE, _ops.shape), "shape")
-size = graph_function(_shape_op(_SIZE, _ops.size), "size")
+size = graph_function(_size, "size")
 
 
 def _reduction(fn):
-    def reduce(input_tensor, axis=None, keepdims=None, reduction_indices=None, keep_dims=None):
+    def reduce(input_tensor, axis=None, keepdims=None, name=None, reduction_indices=None, keep_dims=None):
         axis = reduction_indices if axis is None else axis
         keepdims = builtins.bool(keep_dims if keepdims is None else keepdims)
         return fn(input_tensor, axis=axis, keepdims=keepdims)
@@ -152,7 +135,7 @@ reduce_prod = _reduction(_ops.reduce_prod)
 
 
 def _arg(fn):
-    def arg(input, axis=None, dimension=None, output_type=int64):  # noqa: A002 - TF's signature
+    def arg(input, axis=None, name=None, dimension=None, output_type=int64):  # noqa: A002 - TF's signature
         return fn(input, axis=dimension if axis is None else axis, output_type=output_type)
     return graph_function(arg, fn.__name__)
 
@@ -182,7 +165,7 @@ def executing_eagerly():
 
 # -- tf.nn and tf.losses -------------------------------------------------------------------------------
 def _softmax(fn):
-    def softmax(logits, axis=None, dim=None):
+    def softmax(logits, axis=None, name=None, dim=None):
         axis = dim if axis is None else axis
         return fn(logits, -1 if axis is None else axis)
     return graph_function(softmax, fn.__name__)

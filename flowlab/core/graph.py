@@ -97,14 +97,6 @@ class GraphTensor(Tensor):
     def __reduce__(self):
         raise TypeError(f"graph tensor {self.name} cannot be pickled; run the graph and pickle its value")
 
-    def eval(self, feed_dict=None, session=None):
-        """Run the graph up to this tensor (TF1 style: with the default session)."""
-        from ..compat.v1 import get_default_session  # noqa: F401 - compat comes with the TF1 API
-        sess = session or get_default_session()
-        if sess is None:
-            raise ValueError("Tensor.eval() needs a default session: use `with fl.compat.v1.Session() as sess:`")
-        return sess.run(self, feed_dict=feed_dict)
-
 
 class Node:
     """One op in a graph: ``output = op(*inputs, **attrs)``, with where it runs and who wrote it."""

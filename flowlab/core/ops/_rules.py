@@ -85,6 +85,11 @@ def logical(*xs):
     return elementwise(*xs)
 
 
+def same_shape(a, b) -> bool:
+    """Shapes that can be equal: the same rank, and equal where both dimensions are known."""
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
+
+
 def reduce(x, axis=None, keepdims=False, dtype=None):
     shape, xdtype = spec(x)
     if axis is None:

@@ -55,7 +55,7 @@ def _xent_rule(labels, logits, axis):
     lshape, ldtype = R.spec(labels)
     if ldtype != dtype:
         R.fail(f"labels ({ldtype.name}) and logits ({dtype.name}) must have the same dtype")
-    if tuple(lshape) != tuple(shape):
+    if not R.same_shape(lshape, shape):
         R.fail(f"labels {tuple(lshape)} and logits {tuple(shape)} must have the same shape")
     a = R.norm_axis(axis, len(shape))
     return shape[:a] + shape[a + 1:], dtype
@@ -104,7 +104,7 @@ def _sparse_xent_rule(labels, logits):
     lshape, ldtype = R.spec(labels)
     if ldtype.kind not in "iu":
         R.fail(f"labels must be integer class ids, got {ldtype.name}")
-    if tuple(lshape) != tuple(shape[:-1]):
+    if not R.same_shape(lshape, shape[:-1]):
         R.fail(f"labels {tuple(lshape)} must have the shape of logits {tuple(shape)} without its last axis")
     return shape[:-1], dtype
 

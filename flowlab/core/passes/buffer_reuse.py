@@ -1,6 +1,8 @@
 """Buffer reuse: an elementwise node writes its result into the buffer of an input that dies there."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..execute import get_op
 from ._rewrite import on_local_cpu, rewire
 from .fusion import ELEMENTWISE, elementwise_node, elementwise_steps, fusable
@@ -19,9 +21,10 @@ def reuse_buffers(nodes, fetches, feeds):
     allocation per such node. Safe because nothing can observe the overwritten values: a value
     that may share memory with the buffer is any output of a node not known to return a new array
     (``reshape``, ``transpose``, ``getitem``, ``identity``... give views, or the input itself)
-    made from it, and all of them are dead too. Fed arrays, constants and variables' arrays
-    (``read`` returns the variable's own array) are never plan-owned, so never written; every
-    run allocates its own buffers, so results returned by earlier runs never change."""
+    made from it, and all of them are dead too; and in a fused kernel, whose steps run one after
+    another, no other input of the node may share its memory. Fed arrays, constants and variables'
+    arrays (``read`` returns the variable's own array) are never plan-owned, so never written;
+    every run allocates its own buffers, so results returned by earlier runs never change."""
     fresh = {n for n in nodes if _fresh(n)}
     owners = {}   # node -> the plan-owned buffers its output may share memory with
     for n in nodes:
@@ -40,13 +43,25 @@ def reuse_buffers(nodes, fetches, feeds):
         if fusable(n) or hasattr(n.op.kernel, "steps"):
             steps, inputs = elementwise_steps(n)
             donated = [k for k, t in enumerate(inputs)
-                       if t.node in fresh and t.node not in escaped and last_use[t.node] == i]
+                       if t.node in fresh and t.node not in escaped and last_use[t.node] == i
+                       and (_one_ufunc(steps) or not _aliased(t, inputs, owners))]
             new = elementwise_node(n, steps, inputs, donated) if donated else None
             if new is not None:
                 replaced[n] = new.output
                 n = new
         out.append(n)
     return rewire(out, fetches, replaced)
+
+
+def _one_ufunc(steps) -> bool:
+    # NOTE: a fused kernel may write into a donated input before a later step reads another input
+    # that is a view of it; one ufunc reads all its operands first (numpy copies overlapping ones).
+    return len(steps) == 1 and isinstance(ELEMENTWISE[steps[0][0]], np.ufunc)
+
+
+def _aliased(t, inputs, owners) -> bool:
+    """Whether another of ``inputs`` may share memory with ``t``'s buffer."""
+    return any(t.node in owners.get(u.node, ()) for u in inputs if u is not t)
 
 
 def _fresh(node) -> bool:
