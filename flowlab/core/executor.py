@@ -50,7 +50,14 @@ class Plan:
         ns = {}
         feed_names = [f"f{i}" for i in range(len(self.feeds))]
         name = {id(t.node): feed_names[i] for i, t in enumerate(self.feeds)}
-        body = []
+        # the last node that reads each value: after it, `del` lets numpy free the buffer
+        last_use = {}
+        for n in self.nodes:
+            for t in n.inputs:
+                last_use[id(t.node)] = n
+        returned = {id(t.node) for t in self.outputs}
+        lines = [f"def run({', '.join(feed_names)}):"]
+        self._line_node = {}
         for n in self.nodes:
             var = f"v{n.index}"
             name[id(n)] = var
@@ -60,18 +67,24 @@ class Plan:
                 continue
             if n.op.name == "read":
                 ns[f"V{n.index}"] = n.attrs["variable"]
-                body.append(f"    {var} = V{n.index}._value")
+                lines.append(f"    {var} = V{n.index}._value")
                 continue
             ns[f"k{n.index}"] = _kernel(n)
             args = ", ".join(name[id(t.node)] for t in n.inputs)
             if n.attrs:
                 ns[f"a{n.index}"] = n.attrs
                 args = f"{args}, **a{n.index}" if args else f"**a{n.index}"
-            body.append(f"    {var} = k{n.index}({args})")
+            lines.append(f"    {var} = k{n.index}({args})")
+            self._line_node[len(lines)] = n
+            dead = sorted({name[id(t.node)] for t in n.inputs if last_use.get(id(t.node)) is n
+                           and id(t.node) not in returned and name[id(t.node)].startswith("v")})
+            if dead:
+                lines.append(f"    del {', '.join(dead)}")
         outs = ", ".join(name[id(t.node)] for t in self.outputs)
-        src = f"def run({', '.join(feed_names)}):\n" + "\n".join(body) + f"\n    return ({outs}{',' if len(self.outputs) == 1 else ''})\n"
-        self.source = src
-        exec(compile(src, f"<flowlab plan of {self.graph.name}>", "exec"), ns)  # noqa: S102 - our own generated code
+        lines.append(f"    return ({outs}{',' if len(self.outputs) == 1 else ''})")
+        self.source = "\n".join(lines) + "\n"
+        self._filename = f"<flowlab plan {id(self)} of {self.graph.name}>"
+        exec(compile(self.source, self._filename, "exec"), ns)  # noqa: S102 - our own generated code
         return ns["run"]
 
     def __call__(self, *arrays):
@@ -80,8 +93,35 @@ class Plan:
             return self.interpret(arrays, traced=True)
         try:
             return self._run(*arrays)
-        except Exception:  # noqa: BLE001 - rerun node by node to name the node that failed
-            return self.interpret(arrays)
+        except OpError:
+            raise
+        except Exception as e:  # noqa: BLE001 - name the node that failed (without running anything again)
+            raise self._explain_failure(e) from None
+
+    def _explain_failure(self, error):
+        """The error for a kernel that failed inside the generated code: the node is found from the
+        traceback's line in that code, its inputs from the frame's variables."""
+        tb, frame, line = error.__traceback__, None, None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == self._filename:
+                frame, line = tb.tb_frame, tb.tb_lineno
+            tb = tb.tb_next
+        node = self._line_node.get(line)
+        if node is None:
+            return error
+        feeds = {id(t.node): f"f{i}" for i, t in enumerate(self.feeds)}
+        values = frame.f_locals
+        ins = []
+        for t in node.inputs:
+            key = feeds.get(id(t.node)) or f"v{t.node.index}"
+            value = values.get(key, t.node.attrs.get("value") if t.node.op.name == "const" else None)
+            ins.append(_wrap(value) if value is not None else t)
+        st = state()
+        outer, st.node = st.node, node
+        try:
+            return explain(node.op, ins, node.attrs, error)
+        finally:
+            st.node = outer
 
     def interpret(self, arrays, traced=False):
         """Run node by node (the optimized nodes, or with ``traced`` the nodes as traced): calls

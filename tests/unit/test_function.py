@@ -581,7 +581,6 @@ def test_read_value_inside_a_function_reads_at_run_time():
     assert float(traced()) == 10.0
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a failing compiled plan is rerun node by node, repeating side effects")
 def test_side_effects_run_at_most_once_when_the_graph_fails():
     v = fl.Variable(0.0)
 
