@@ -156,12 +156,15 @@ def _wrap(array):
 
 
 def _kernel(node):
-    if node.op.name == "read":
-        return lambda *, variable: variable._value
-    if node.device is not None and getattr(node.device, "device_type", "CPU") == "GPU":
-        from .backends import backend_for_device
-        return backend_for_device(node.device).kernel(node.op)
-    return node.op.kernel
+    """The kernel for a node: where it was placed (``fl.device`` scopes while tracing) decides the
+    backend. A device that does not exist, or one on another task, is an error here, when the
+    plan is compiled, not a silent run on the local CPU."""
+    if node.device is None or not node.device:
+        return node.op.kernel
+    from .backends import kernel_for_device
+    from .device import DEFAULT_DEVICE, resolve
+    where = resolve(node.device)
+    return node.op.kernel if where == DEFAULT_DEVICE else kernel_for_device(node.op, where)
 
 
 def compile_plan(graph, fetches, feeds=(), run_stateful=True, passes=DEFAULT_PASSES) -> Plan:
