@@ -39,16 +39,22 @@ def _divide_rule(x, y):
 
 
 # -- arithmetic: forward (kernel) and backward (grad) side by side ----------------------------
-add = _binary_op("add", np.add, lambda c, g: (_unb(g, c.inputs[0]), _unb(g, c.inputs[1])),
+def _pair(c, gx, gy):
+    """Gradients for (x, y) from the rules ``gx()``, ``gy()``, computing only the ones needed."""
+    x, y = c.inputs
+    return (_unb(gx(), x) if c.needs[0] else None), (_unb(gy(), y) if c.needs[1] else None)
+
+
+add = _binary_op("add", np.add, lambda c, g: _pair(c, lambda: g, lambda: g),
                  "x + y, broadcasting as numpy does.", "add")
-subtract = _binary_op("subtract", np.subtract, lambda c, g: (_unb(g, c.inputs[0]), _unb(-g, c.inputs[1])),
+subtract = _binary_op("subtract", np.subtract, lambda c, g: _pair(c, lambda: g, lambda: -g),
                       "x - y, broadcasting.", "sub")
 multiply = _binary_op("multiply", np.multiply,
-                      lambda c, g: (_unb(g * c.inputs[1], c.inputs[0]), _unb(g * c.inputs[0], c.inputs[1])),
+                      lambda c, g: _pair(c, lambda: g * c.inputs[1], lambda: g * c.inputs[0]),
                       "x * y elementwise, broadcasting.", "mul")
 # d(x/y) = 1/y dx - x/y^2 dy = (dx - z dy) / y
 divide = _binary_op("divide", np.true_divide,
-                    lambda c, g: (_unb(g / c.inputs[1], c.inputs[0]), _unb(-g * c.output / c.inputs[1], c.inputs[1])),
+                    lambda c, g: _pair(c, lambda: g / c.inputs[1], lambda: -g * c.output / c.inputs[1]),
                     "x / y (true division: integers give float64, as in TensorFlow).", "truediv",
                     rule=_divide_rule)
 floordiv = _binary_op("floordiv", np.floor_divide, None, "x // y, rounding toward -inf. No gradient.", "floordiv")
