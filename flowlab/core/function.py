@@ -154,6 +154,9 @@ class ConcreteFunction:
     def pretty(self) -> str:
         return self.graph.pretty(self.outputs)
 
+    def _repr_svg_(self):
+        return self.graph.to_svg(self.outputs)
+
     def __repr__(self):
         return f"<ConcreteFunction {self.graph.name}: {len(self.graph.nodes)} nodes>"
 

@@ -181,6 +181,12 @@ class Graph:
         node.op, node.inputs, node.attrs = op, list(inputs), dict(attrs)
         node.name = self._unique(name or op.name)
         node.device = st.device_stack[-1] if st.device_stack else None
+        variable = attrs.get("variable")
+        if not node.device and variable is not None and variable._device is not None:
+            from .device import as_spec
+            node.device = as_spec(variable._device)   # colocated with the variable it reads or updates
+        if not node.device:   # as in eager mode: an op with no scope runs where its first placed input is
+            node.device = next((t.node.device for t in inputs if t.node.device), None)
         node.source = source_line()
         node.graph = self
         out = object.__new__(GraphTensor)
@@ -289,6 +295,14 @@ class Graph:
         """A readable listing: one line per node with its op, inputs, output spec, device and source."""
         from .graph_text import listing
         return listing(self, outputs)
+
+    def to_svg(self, outputs=None) -> str:
+        """The graph drawn as a self-contained SVG: boxes filled by device (see graph_svg.py)."""
+        from .graph_svg import render
+        return render(self, outputs)
+
+    def _repr_svg_(self):
+        return self.to_svg()
 
     def __repr__(self):
         return f"<fl.Graph {self.name!r}: {len(self.nodes)} nodes>"

@@ -184,6 +184,7 @@ class Variable(Tensor):
                              "variables outside @fl.function (or from eager values such as fl.zeros)")
         self._value = np.array(value) if type(value) is np.ndarray or isinstance(value, np.generic) else value.copy()
         self._device = t._device
+        self._place_in_scope()
         self.trainable = bool(trainable)
         self._id = next(_variable_ids)
         self._name = name or "Variable"
@@ -191,6 +192,20 @@ class Variable(Tensor):
     @property
     def name(self) -> str:
         return f"{self._name}:0"
+
+    def _place_in_scope(self):
+        """A variable made inside ``fl.device(...)`` lives there; ops that read or update it are
+        placed with it (colocation) unless a scope says otherwise."""
+        from ._context import state
+        st = state()
+        if not st.device_stack or not st.device_stack[-1]:
+            return
+        from .backends import backend_for_device
+        from .device import DEFAULT_DEVICE, resolve
+        where = resolve(st.device_stack[-1])
+        self._device = None if where == DEFAULT_DEVICE else where
+        if self._device is not None:
+            self._value = backend_for_device(where).asarray(self._value)
 
     def _checked(self, value, op):
         t = convert_to_tensor(value, dtype=self._value.dtype)
