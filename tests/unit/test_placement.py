@@ -1,0 +1,81 @@
+"""Where graph nodes and variables are placed: explicit scope, then colocation with the variable
+an op reads or updates, then the first placed input (as eager ops do), then the default CPU."""
+import pytest
+
+import flowlab as fl
+from flowlab.core.device import RemoteDeviceError
+
+
+@pytest.fixture(autouse=True)
+def two_logical_gpus():
+    fl.config.set_logical_devices("GPU", 2)
+    yield
+    fl.config.set_logical_devices("GPU", None)
+
+
+def _devices(concrete):
+    return {n.name: (n.device.to_string() if n.device else "") for n in concrete.graph.nodes}
+
+
+def test_a_variable_lives_on_the_device_of_its_scope():
+    with fl.device("/gpu:1"):
+        w = fl.Variable(fl.ones([2, 2]))
+    plain = fl.Variable(fl.ones([2]))
+    assert w.device.endswith("device:GPU:1")
+    assert plain.device.endswith("device:CPU:0")
+    assert (fl.ones([3, 2]) @ w).device.endswith("device:GPU:1")   # eager: first placed input
+
+
+def test_graph_ops_colocate_with_their_variable_and_follow_placed_inputs():
+    with fl.device("/gpu:1"):
+        w = fl.Variable(fl.ones([2, 2]), name="w")
+    opt = fl.optimizers.SGD(0.1)
+
+    @fl.function
+    def step(x):
+        with fl.GradientTape() as tape:
+            loss = fl.reduce_sum(x @ w)
+        opt.apply_gradients([(tape.gradient(loss, w), w)])
+        return loss
+
+    x = fl.ones([3, 2])
+    assert float(step(x)) == 12.0
+    devices = _devices(step.get_concrete_function(x))
+    assert devices["w"].endswith("GPU:1")                 # the read, colocated
+    assert devices["matmul"].endswith("GPU:1")            # follows its placed input
+    assert devices["optimizer_update"].endswith("GPU:1")  # the update, colocated
+    assert devices["arg0"] == ""                          # the argument itself is not placed
+
+
+def test_an_explicit_scope_wins_over_colocation():
+    with fl.device("/gpu:1"):
+        w = fl.Variable(fl.ones([2]), name="w")
+
+    @fl.function
+    def f():
+        with fl.device("/cpu:0"):
+            return w * 2.0
+
+    devices = _devices(f.get_concrete_function())
+    assert devices["w"].endswith("CPU:0") and devices["multiply"].endswith("CPU:0")
+    assert f().numpy().tolist() == [2.0, 2.0]
+
+
+def test_a_node_on_a_missing_device_fails_when_the_function_is_compiled():
+    @fl.function
+    def f(x):
+        with fl.device("/gpu:5"):
+            return x * 2.0
+
+    with pytest.raises(fl.InvalidArgumentError, match="no device .*GPU:5"):
+        f(fl.ones([2]))
+
+
+def test_a_node_on_another_task_is_refused_not_run_locally():
+    @fl.function
+    def f(x):
+        with fl.device("/job:worker/task:1"):
+            return x * 2.0
+
+    with pytest.raises(RemoteDeviceError, match="needs a cluster"):
+        f(fl.ones([2]))
