@@ -71,11 +71,11 @@ def test_one_box_per_node_and_one_arrow_per_input():
         z = fl.reduce_sum(y)
     root = parse(g.to_svg([z]))
     assert sorted(boxes(root)) == sorted(f"node-{n.index}" for n in g.nodes)
-    assert len(edges(root)) == sum(len(n.inputs) for n in g.nodes) == 4
+    assert len(edges(root)) == sum(len(n.inputs) for n in g.nodes) == 5
     assert all(p.get("marker-end") == "url(#fl-arrow)" for p in edges(root))
     assert root.find(".//s:marker[@id='fl-arrow']", NS) is not None
     texts = ["".join(t.itertext()) for t in root.iterfind(".//s:g[@class='node']/s:text", NS)]
-    assert "placeholder x" in texts and "const 1.0" in texts and "mul" in texts and "reduce_sum" in texts
+    assert "placeholder x" in texts and "const 1." in texts and "multiply" in texts and "reduce_sum" in texts
     # the returned node has the thick border; every node has a tooltip with its listing line and source
     assert boxes(root)[f"node-{z.node.index}"].find("s:rect", NS).get("stroke-width") == "2.6"
     title = boxes(root)[f"node-{y.node.index}"].find("s:title", NS).text
@@ -144,7 +144,7 @@ def test_remote_devices_are_named_in_full():
         with fl.device("/job:worker/task:1/gpu:0"):
             fl.exp(x)
     texts, _ = legend(parse(g.to_svg()))
-    assert "/job:worker/task:1/device:GPU:0" in texts
+    assert "/job:worker/replica:0/task:1/device:GPU:0" in texts
 
 
 def test_text_is_escaped():
