@@ -22,6 +22,7 @@ from ..core.errors import InvalidArgumentError
 from ..core.executor import compile_plan
 from ..core.graph import Graph as _CoreGraph
 from ..core.graph import GraphTensor, Node
+from ..core.tensor import readonly_numpy
 from ..core.tensor import Tensor
 from ..core.tensor import Variable as _CoreVariable
 from ._graphs import GroupOperation, get_default_graph, graph_info
@@ -377,17 +378,8 @@ def _rebuild(template, values):
 
 
 def _result(value):
-    """A fetched value as TF1 gives it: a numpy scalar for 0-d, else an array (read-only: it may be
-    a variable's own array, which nothing may write into)."""
-    if type(value) is not np.ndarray:
-        if isinstance(value, np.generic):
-            return value
-        value = to_numpy(value)
-    if value.ndim == 0:
-        return value[()]
-    view = value.view()
-    view.flags.writeable = False
-    return view
+    """A fetched value as TF1 gives it: a numpy scalar for 0-d, else a read-only array."""
+    return readonly_numpy(value)
 
 
 def _names(targets):

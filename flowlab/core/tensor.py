@@ -62,16 +62,7 @@ class Tensor:
 
     def numpy(self):
         """The value as a numpy array (a read-only view; a numpy scalar for a 0-d tensor)."""
-        value = self._value
-        if type(value) is not np.ndarray:
-            if isinstance(value, np.generic):
-                return value
-            value = _host(value)
-        if value.ndim == 0:
-            return value[()]
-        view = value.view()
-        view.flags.writeable = False
-        return view
+        return readonly_numpy(self._value)
 
     def __array__(self, dtype=None, copy=None):
         value = _host(self._value)
@@ -136,6 +127,20 @@ class _Ref:
 
     def __eq__(self, other):
         return isinstance(other, _Ref) and other._tensor is self._tensor
+
+
+def readonly_numpy(value):
+    """A backend array as numpy: a read-only view (tensors never change, and the array may be a
+    variable's own), or a numpy scalar for 0-d values."""
+    if type(value) is not np.ndarray:
+        if isinstance(value, np.generic):
+            return value
+        value = _host(value)
+    if value.ndim == 0:
+        return value[()]
+    view = value.view()
+    view.flags.writeable = False
+    return view
 
 
 def _host(value):
