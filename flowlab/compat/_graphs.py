@@ -129,6 +129,9 @@ class Graph(_core_graph.Graph):
     (True, True)
     """
 
+    tensor_class = _Tensor    # hashable tensors with .eval(), nodes with .run(), as in TF1
+    node_class = Operation
+
     def __init__(self, name: str = "graph"):
         super().__init__(name)
         self._finalized = False
@@ -139,10 +142,7 @@ class Graph(_core_graph.Graph):
                                f"{op.name} node): build every op before the training loop")
         if name is None:
             name = _scope_prefix() + op.name
-        out = super()._append(op, inputs, attrs, shape, dtype, name)
-        out.__class__ = _Tensor
-        out.node.__class__ = Operation
-        return out
+        return super()._append(op, inputs, attrs, shape, dtype, name)
 
     def finalize(self):
         """Forbid adding nodes from now on (``tf.train.MonitoredSession`` does this in TF1)."""

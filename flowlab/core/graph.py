@@ -153,6 +153,8 @@ class Graph:
     look at it with ``g.pretty()``, run it with a session or a traced function."""
 
     _ids = itertools.count()
+    tensor_class = GraphTensor     # what nodes output and what they are: subclasses may refine them
+    node_class = Node
 
     def __init__(self, name: str = "graph"):
         self.name = name
@@ -176,7 +178,7 @@ class Graph:
 
     def _append(self, op, inputs, attrs, shape, dtype, name=None):
         st = state()
-        node = Node()
+        node = self.node_class()
         node.index = len(self.nodes)
         node.op, node.inputs, node.attrs = op, list(inputs), dict(attrs)
         node.name = self._unique(name or op.name)
@@ -189,7 +191,7 @@ class Graph:
             node.device = next((t.node.device for t in inputs if t.node.device), None)
         node.source = source_line()
         node.graph = self
-        out = object.__new__(GraphTensor)
+        out = object.__new__(self.tensor_class)
         out._device = None
         out.graph, out.node = self, node
         out._shape = tuple(None if d is None else int(d) for d in shape)
