@@ -18,7 +18,10 @@ from . import dtypes as _dtypes
 from ._context import state
 from .executor import compile_plan
 from .graph import Graph, GraphTensor
+from .execute import OpDef
+from .execute import _record as record_on_tapes
 from .shape import TensorShape
+from .tape import GradientTape
 from .tensor import Tensor, Variable
 
 __all__ = ["function", "Function", "ConcreteFunction", "TensorSpec"]
@@ -127,6 +130,7 @@ class ConcreteFunction:
         self.outputs = [flat[i] for i in self._out_positions]
         self._tensor_positions = tensor_positions
         self._plan = compile_plan(graph, self.outputs, placeholders, run_stateful=True)
+        self._backward: dict = {}    # output position -> gradient rule, for tapes outside the function
 
     def _call_flat(self, arrays):
         results = self._plan(*arrays)
@@ -190,13 +194,67 @@ class Function:
         if st.graph is not None:
             return self.python_function(*args, **kwargs)   # inside another trace: inline
         if st.tapes:
-            # NOTE: a tape outside the function must see each op to differentiate through it;
-            # until functions record as one differentiable op, they run eagerly under a tape.
-            return self.python_function(*args, **kwargs)
+            return self._call_under_tape(st, args, kwargs)
         concrete, leaves = self._concrete(args, kwargs)
         arrays = [leaves[i]._value if isinstance(leaves[i], Tensor) else np.asarray(leaves[i])
                   for i in concrete._tensor_positions]
         return concrete._call_flat(arrays)
+
+    def _call_under_tape(self, st, args, kwargs):
+        """Run the graph, and show each float output to the open tapes as one op whose gradient is
+        a traced backward function. A function with side effects (assignments, optimizer updates,
+        random draws) runs eagerly instead: its backward trace would repeat them."""
+        tapes = list(st.tapes)
+        for tape in tapes:                  # tracing must not record graph nodes on eager tapes
+            st.pop("tapes", tape)
+        try:
+            concrete, leaves = self._concrete(args, kwargs)
+            if any(n.op.stateful and n.op.name != "read" for n in concrete.graph.nodes):
+                concrete = None
+            else:
+                inputs = [leaves[i] if isinstance(leaves[i], Tensor) else Tensor(np.asarray(leaves[i]))
+                          for i in concrete._tensor_positions]
+                result = concrete._call_flat([t._value for t in inputs])
+        finally:
+            for tape in tapes:
+                st.push("tapes", tape)
+        if concrete is None:
+            return self.python_function(*args, **kwargs)
+        variables = []
+        for n in concrete.graph.nodes:
+            v = n.attrs.get("variable") if n.op.name == "read" else None
+            if v is not None and v.trainable and all(v is not w for w in variables):
+                variables.append(v)
+        flat = _flatten(result, [])
+        for k, pos in enumerate(concrete._out_positions):
+            if flat[pos].dtype.is_floating:
+                op = OpDef(f"call {self._name}", None, None,
+                           self._gradient_rule(args, kwargs, concrete, pos, len(inputs), variables))
+                record_on_tapes(st.tapes, op, inputs + variables, {}, flat[pos])
+        return result
+
+    def _gradient_rule(self, args, kwargs, concrete, position, n_inputs, variables):
+        """d(output at ``position``)/d(tensor arguments and captured variables), as a traced function
+        (one per trace and output, kept with the trace: later steps reuse its graph)."""
+        cached = concrete._backward.get(position)
+        if cached is not None:
+            return cached
+        leaves, positions, fn = _flatten((args, kwargs), []), concrete._tensor_positions, self.python_function
+
+        def backward(*inputs_and_grad):
+            xs, g = list(inputs_and_grad[:n_inputs]), inputs_and_grad[-1]
+            new_leaves = list(leaves)
+            for p, x in zip(positions, xs):
+                new_leaves[p] = x
+            call_args, call_kwargs = _rebuild((args, kwargs), new_leaves)
+            with GradientTape() as tape:
+                tape.watch(xs)
+                target = _flatten(fn(*call_args, **call_kwargs), [])[position]
+            return tape.gradient(target, xs + variables, output_gradients=g)
+
+        backward_function = Function(backward, name=f"{self._name}_grad")
+        rule = concrete._backward[position] = lambda call, g: tuple(backward_function(*call.inputs[:n_inputs], g))
+        return rule
 
     def get_concrete_function(self, *args, **kwargs) -> ConcreteFunction:
         """The trace for these arguments (traced now if needed). With no arguments, the one for

@@ -174,15 +174,45 @@ def test_a_tape_outside_a_function_sees_through_it():
         return x * x * x
 
     x = fl.constant([1.0, -2.0])
-    with fl.GradientTape() as tape:
-        tape.watch(x)
-        y = cube(x)
-    assert tape.gradient(y, x).numpy().tolist() == [3.0, 12.0]
-    assert cube.experimental_get_tracing_count() == 0, "under a tape the function runs eagerly"
+    for _ in range(3):
+        with fl.GradientTape() as tape:
+            tape.watch(x)
+            y = cube(x)
+        assert tape.gradient(y, x).numpy().tolist() == [3.0, 12.0]
+    # the function ran as its graph (one trace, reused); its gradient is a traced backward function
+    assert cube.experimental_get_tracing_count() == 1
     v = fl.Variable(2.0)
     with fl.GradientTape() as tape:
         y = fl.function(lambda: v * v)()
-    assert float(tape.gradient(y, v)) == 4.0
+    assert float(tape.gradient(y, v)) == 4.0     # captured variables get gradients too
+
+
+def test_gradients_of_gradients_through_a_function():
+    cube = fl.function(lambda a: a * a * a)
+    z = fl.constant(0.5)
+    with fl.GradientTape() as outer:
+        outer.watch(z)
+        with fl.GradientTape() as inner:
+            inner.watch(z)
+            y = cube(z)
+        dy = inner.gradient(y, z)
+    assert float(dy) == 0.75 and float(outer.gradient(dy, z)) == 3.0
+
+
+def test_a_function_with_side_effects_runs_eagerly_under_a_tape():
+    # its backward trace would repeat the assignment: so it runs op by op, and assigns once
+    v = fl.Variable(1.0)
+    counter = fl.Variable(0.0, trainable=False)
+
+    @fl.function
+    def f():
+        counter.assign_add(1.0)
+        return v * 3.0
+
+    with fl.GradientTape() as tape:
+        y = f()
+    assert float(tape.gradient(y, v)) == 3.0
+    assert float(counter) == 1.0
 
 
 def test_a_concrete_function_takes_arrays_and_returns_structures():
