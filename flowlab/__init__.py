@@ -21,7 +21,7 @@ from .core.shape import TensorShape  # noqa: F401
 from .core.tape import GradientTape, UnconnectedGradients  # noqa: F401
 from .core.tensor import Tensor, Variable, constant, convert_to_tensor, is_tensor  # noqa: F401
 from .nn import optimizers  # noqa: F401
-from . import datasets, nn  # noqa: F401
+from . import data, datasets, nn  # noqa: F401
 from . import debugging  # noqa: F401
 
 bool = bool_  # noqa: A001 - ``fl.bool`` as ``tf.bool``; Python's bool is untouched outside this namespace

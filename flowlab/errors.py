@@ -1,2 +1,2 @@
 """Errors raised by flowlab ops (``fl.errors.InvalidArgumentError``, as in ``tf.errors``)."""
-from .core.errors import InvalidArgumentError, NumericsError, OpError  # noqa: F401
+from .core.errors import DataLossError, InvalidArgumentError, NumericsError, OpError  # noqa: F401

@@ -81,3 +81,24 @@ def describe(value) -> str:
         return f"{type(value).__name__} {value!r}"
     name = getattr(dtype, "name", str(dtype))
     return f"{name}[{','.join('?' if d is None else str(d) for d in shape)}]"
+
+
+class DataLossError(OpError):
+    """A record file is corrupted or truncated (as ``tf.errors.DataLossError``).
+
+    Attributes: ``filename``, ``offset`` (byte offset of the bad record, or of the header),
+    ``index`` (the record's position in its file, counting from 0; None for the file header) and
+    ``reason`` (a short phrase such as "payload CRC mismatch").
+    """
+
+    def __init__(self, message: str, filename=None, offset=None, index=None, reason=None,
+                 op: str | None = None, source: str | None = None):
+        super().__init__(message, op, source)
+        self.filename = filename
+        self.offset = offset
+        self.index = index
+        self.reason = reason
+
+    def __reduce__(self):   # picklable, so it can cross a process pool
+        return (type(self), (self.args[0], self.filename, self.offset, self.index, self.reason,
+                             self.op, self.source))
