@@ -15,7 +15,6 @@ import numpy as np
 
 from . import device as _devices
 from ._context import ACTIVE, state
-from .backends import kernel_for_device
 from .dtypes import numpy_dtype
 from .errors import InvalidArgumentError, OpError, describe, source_line
 from .tensor import Tensor, Variable, _numpy_array, _python_array
@@ -200,18 +199,6 @@ def _numpy_to(x, dtype):
         raise TypeError(f"inputs must have the same dtype, got a numpy {x.dtype} array next to a "
                         f"{np.dtype(dtype).name} tensor; use fl.cast or .astype to convert")
     return x
-
-
-def _place(st, tensors):
-    """The device an eager op on ``tensors`` runs on: None is the default CPU (see core/device.py)."""
-    device = _first_device(tensors)
-    if st.device_stack:
-        device = st.device_stack[-1].resolve_eager(device)
-    return device
-
-
-def _backend_kernel(op, device):
-    return kernel_for_device(op, device)
 
 
 def explain(op, tensors, attrs, error) -> InvalidArgumentError:

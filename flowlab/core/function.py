@@ -120,7 +120,7 @@ def _structure_key(x):
 class ConcreteFunction:
     """One trace: a graph with placeholders for the tensor arguments, and its compiled plan."""
 
-    def __init__(self, graph, placeholders, outputs, n_leaves, tensor_positions):
+    def __init__(self, graph, placeholders, outputs, tensor_positions):
         self.graph = graph
         self.inputs = placeholders
         self.structured_outputs = outputs
@@ -323,7 +323,7 @@ class Function:
                     graph.constant(o) if isinstance(o, Tensor) and not isinstance(o, GraphTensor) else o
                     for o in _flatten(result, [])]
             result = _rebuild(result, flat)
-        return ConcreteFunction(graph, placeholders, result, len(leaves), positions)
+        return ConcreteFunction(graph, placeholders, result, positions)
 
     def __repr__(self):
         return f"<fl.function {self._name}: {self._trace_count} trace(s)>"
