@@ -1,0 +1,135 @@
+"""The event log: every send, receive, reduction step, remote op and pipeline stage leaves one event.
+
+Widgets, timelines and lessons draw from these records, so what a learner sees is what happened.
+An event is a small named tuple; a log is a bounded ring (old events fall off the front and are
+counted in ``dropped``). Times are ``time.perf_counter()`` seconds: the host's monotonic clock, so
+events from processes on one host line up on one timeline.
+
+>>> from flowlab.cluster.events import EventLog
+>>> log = EventLog(task="/job:worker/task:0")
+>>> with log.span("op", "matmul", bytes=64):
+...     pass
+>>> [(e.kind, e.name, e.bytes, e.task) for e in log.events()]
+[('op', 'matmul', 64, '/job:worker/task:0')]
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any, Iterable, NamedTuple
+
+__all__ = ["Event", "EventLog", "default_log", "now"]
+
+now = time.perf_counter   # the clock every event uses
+
+
+class Event(NamedTuple):
+    """One thing that happened: ``kind`` (send, recv, op, reduce, produce, wait...), ``name`` (the op,
+    stage or collective), ``start``/``end`` in ``perf_counter`` seconds, where (``task``, ``rank``),
+    how many ``bytes`` moved, and any other ``attrs`` (peer, chunk, buffer fill...)."""
+    kind: str
+    name: str
+    start: float
+    end: float
+    task: str = "local"
+    rank: int | None = None
+    bytes: int = 0
+    attrs: dict | None = None
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    def to_dict(self) -> dict:
+        """A JSON-safe dict (for ``snapshot()`` and for shipping a remote log to the client)."""
+        d = self._asdict()
+        if d["attrs"] is None:
+            del d["attrs"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Event":
+        return cls(d["kind"], d["name"], float(d["start"]), float(d["end"]), d.get("task", "local"),
+                   d.get("rank"), int(d.get("bytes", 0)), d.get("attrs"))
+
+
+class _Span:
+    __slots__ = ("log", "kind", "name", "fields", "start")
+
+    def __init__(self, log, kind, name, fields):
+        self.log, self.kind, self.name, self.fields = log, kind, name, fields
+
+    def __enter__(self):
+        self.start = now()
+        return self
+
+    def __exit__(self, *exc):
+        self.log.record(self.kind, self.name, self.start, now(), **self.fields)
+        return False
+
+
+class EventLog:
+    """A thread-safe bounded log of :class:`Event` s. ``record`` is cheap (one tuple, one deque
+    append), so hot paths may call it per element; ``enabled = False`` turns recording off."""
+
+    def __init__(self, maxlen: int = 65536, task: str = "local", rank: int | None = None):
+        self._events: collections.deque = collections.deque(maxlen=maxlen)
+        self._lock = threading.Lock()
+        self.maxlen = maxlen
+        self.task = task
+        self.rank = rank
+        self.enabled = True
+        self.dropped = 0
+
+    def record(self, kind: str, name: str, start: float, end: float, *, bytes: int = 0,
+               task: str | None = None, rank: int | None = None, **attrs: Any) -> Event | None:
+        if not self.enabled:
+            return None
+        ev = Event(kind, name, start, end, self.task if task is None else task,
+                   self.rank if rank is None else rank, bytes, attrs or None)
+        with self._lock:
+            if len(self._events) == self.maxlen:
+                self.dropped += 1
+            self._events.append(ev)
+        return ev
+
+    def span(self, kind: str, name: str, **fields: Any) -> _Span:
+        """``with log.span("op", "matmul"):`` records one event covering the block."""
+        return _Span(self, kind, name, fields)
+
+    def extend(self, events: Iterable[Event | dict]) -> None:
+        """Merge events from elsewhere (a remote task's log, as events or dicts)."""
+        evs = [e if isinstance(e, Event) else Event.from_dict(e) for e in events]
+        with self._lock:
+            over = len(self._events) + len(evs) - self.maxlen
+            if over > 0:
+                self.dropped += over
+            self._events.extend(evs)
+
+    def events(self, kind: str | None = None, name: str | None = None, since: float | None = None) -> list[Event]:
+        """The events held now, oldest first, optionally only one ``kind``/``name`` or those ending
+        after ``since``."""
+        with self._lock:
+            evs = list(self._events)
+        return [e for e in evs if (kind is None or e.kind == kind) and (name is None or e.name == name)
+                and (since is None or e.end >= since)]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._events.clear()
+            self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __repr__(self) -> str:
+        return f"<EventLog task={self.task!r} events={len(self)} dropped={self.dropped}>"
+
+
+_default = EventLog()
+
+
+def default_log() -> EventLog:
+    """The process's own log: what this process did (a worker's remote ops, a pipeline's stages)."""
+    return _default
