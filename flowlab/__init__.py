@@ -22,7 +22,7 @@ from .core.tape import GradientTape, UnconnectedGradients  # noqa: F401
 from .core.tensor import Tensor, Variable, constant, convert_to_tensor, is_tensor  # noqa: F401
 from .nn import optimizers  # noqa: F401
 from . import data, datasets, nn  # noqa: F401
-from . import debugging  # noqa: F401
+from . import debugging, train  # noqa: F401
 
 bool = bool_  # noqa: A001 - ``fl.bool`` as ``tf.bool``; Python's bool is untouched outside this namespace
 
@@ -30,9 +30,12 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    if name == "compat":   # ``fl.compat.v1``: the TF1 API, imported on first use
+    lazy = {"compat": ".compat",        # ``fl.compat.v1``: the TF1 API
+            "keras": ".nn.keras",         # ``fl.keras``: layers, models, fit
+            "cluster": ".cluster"}        # ``fl.cluster``: LocalCluster, transport, events
+    if name in lazy:   # imported on first use
         import importlib
-        return importlib.import_module(".compat", __name__)
+        return importlib.import_module(lazy[name], __name__)
     raise AttributeError(f"module 'flowlab' has no attribute {name!r}")
 
 config._apply_default()
