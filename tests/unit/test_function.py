@@ -174,6 +174,7 @@ GRAPH_ONLY = {
     "placeholder",      # a traced function's arguments (test_graph.py)
     "const",            # values baked into a graph (test_graph.py)
     "read_variable",    # eager tapes only: a graph reads a variable with a `read` node
+    "concat_grad",      # only for sizes unknown while tracing (test_gradient_of_concat_along_an_unknown_axis)
 }
 # Stateful ops: reached through variables, optimizers and fl.random (test_stateful_ops_are_traced).
 STATEFUL = {"read", "assign", "random", "random_shuffle", "optimizer_update", "optimizer_advance"}
@@ -365,7 +366,6 @@ def test_training_step_with_unknown_batch_size():
     assert {"reduce_grad", "reshape_like", "sparse_softmax_cross_entropy_grad"} <= ops
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: concat's gradient needs the sizes along the axis while tracing")
 def test_gradient_of_concat_along_an_unknown_axis():
     @fl.function(input_signature=[fl.TensorSpec([None, 2])])
     def grad(x):
@@ -375,6 +375,26 @@ def test_gradient_of_concat_along_an_unknown_axis():
         return tape.gradient(y, x)
 
     np.testing.assert_allclose(grad(fl.ones([3, 2])).numpy(), np.full((3, 2), 3.0))
+    assert "concat_grad" in {n.op.name for n in grad.get_concrete_function().graph.nodes}
+
+
+def test_second_gradient_through_concat_along_an_unknown_axis():
+    @fl.function(input_signature=[fl.TensorSpec([None]), fl.TensorSpec([None])])
+    def grads(x, y):
+        with fl.GradientTape() as outer:
+            outer.watch(x)
+            with fl.GradientTape() as inner:
+                inner.watch(x)
+                z = fl.concat([x * x, y], axis=0)
+                s = fl.reduce_sum(z * z)
+            gx = inner.gradient(s, x)           # 4 x^3, through concat_grad
+            t = fl.reduce_sum(gx)
+        return gx, outer.gradient(t, x)         # 12 x^2, through concat_grad's own gradient
+
+    x, y = fl.constant([1.0, 2.0]), fl.constant([5.0, 6.0, 7.0])
+    gx, ggx = grads(x, y)
+    np.testing.assert_allclose(gx.numpy(), [4.0, 32.0])
+    np.testing.assert_allclose(ggx.numpy(), [12.0, 48.0])
 
 
 def test_gradient_of_reduce_max_with_unknown_batch_size():
@@ -643,3 +663,57 @@ def test_stateful_ops_are_traced():
     concrete = fl.function(step).get_concrete_function(fl.zeros([2]))
     assert STATEFUL <= {n.op.name for n in concrete.graph.nodes}
     assert all(get_op(name).stateful for name in STATEFUL)
+
+
+# -- partly unknown shapes (input_signature with None) ----------------------------------------
+UNKNOWN_ROWS = [
+    ("slice then int", lambda x: x[1:, 0]),
+    ("negative int", lambda x: x[-1]),
+    ("step", lambda x: x[::2]),
+    ("negative stop", lambda x: x[:-1]),
+    ("None and Ellipsis", lambda x: x[None, ..., 1]),
+    ("int array", lambda x: x[[0, 2]]),
+    ("fl.slice to the end", lambda x: fl.slice(x, [1, 0], [-1, 2])),
+    ("fl.size", lambda x: fl.size(x)),
+]
+
+
+@pytest.mark.parametrize("fn", [pytest.param(f, id=name) for name, f in UNKNOWN_ROWS])
+def test_indexing_with_an_unknown_batch_size(fn):
+    traced = fl.function(fn, input_signature=[fl.TensorSpec([None, 3])])
+    for n in (4, 5):
+        x = fl.constant(np.arange(n * 3, dtype=np.float32).reshape(n, 3))
+        check_same(traced(x), fn(x))
+    assert traced.experimental_get_tracing_count() == 1
+
+
+def test_static_shapes_of_indexing_an_unknown_axis():
+    seen = {}
+
+    @fl.function(input_signature=[fl.TensorSpec([None, 3])])
+    def f(x):
+        seen["rows"], seen["neg"], seen["col"] = x[1:].shape, x[-1].shape, x[:, :2].shape
+        seen["new"] = x[None, ..., 0].shape
+        return x
+
+    f(fl.zeros([2, 3]))
+    assert [tuple(seen[k]) for k in ("rows", "neg", "col", "new")] == [(None, 3), (3,), (None, 2), (1, None)]
+
+
+def test_gradient_of_indexing_with_an_unknown_batch_size():
+    def grad(x):
+        with fl.GradientTape() as tape:
+            tape.watch(x)
+            y = fl.reduce_sum(x[1:, :2] * 3.0) + fl.reduce_sum(x[-1])
+        return tape.gradient(y, x)
+
+    traced = fl.function(grad, input_signature=[fl.TensorSpec([None, 3])])
+    for n in (2, 4):
+        x = fl.constant(np.ones((n, 3), np.float32))
+        check_same(traced(x), grad(x))
+
+
+def test_bool_mask_on_an_unknown_axis_is_a_clear_error():
+    f = fl.function(lambda x: x[np.array([True, False])], input_signature=[fl.TensorSpec([None, 3])])
+    with pytest.raises(fl.errors.InvalidArgumentError, match="getitem"):
+        f(fl.zeros([2, 3]))

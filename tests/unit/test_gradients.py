@@ -449,6 +449,20 @@ def _reduce_grad(draw):
     return (lambda g: execute(op, (g, fl.constant(x)), attrs)), [normal(rng, g_shape)]
 
 
+@case("concat_grad")
+def _concat_grad(draw):
+    # concat's backward op for sizes known only at run time: the index-th part of g along axis
+    rng = np.random.default_rng(draw(seeds))
+    shape = draw(nonscalar_shapes)
+    axis = draw(st.integers(0, len(shape) - 1))
+    sizes = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(1, 3)))]
+    index = draw(st.integers(0, len(sizes) - 1))
+    xs = [fl.constant(np.zeros(shape[:axis] + (n,) + shape[axis + 1:])) for n in sizes]
+    g_shape = shape[:axis] + (sum(sizes),) + shape[axis + 1:]
+    op = get_op("concat_grad")
+    return (lambda g: execute(op, (g, *xs), {"axis": axis, "index": index})), [normal(rng, g_shape)]
+
+
 @case("reshape_like")
 def _reshape_like(draw):
     # the backward op of reshape/expand_dims/squeeze: g takes x's shape at run time

@@ -146,6 +146,7 @@ CASES = [
     ("random", "normal", lambda: _traced(lambda: fl.random.normal([2, 3]))),
     ("random_shuffle", "", lambda: fl.random.shuffle(f32([4, 2]))),
     ("shape", "in a graph", lambda: _traced(lambda x: fl.shape(x), f32([2, 3]))),
+    ("concat_grad", "unknown sizes", lambda: _traced_concat_grad()),
     ("random", "integers", lambda: _traced(lambda: fl.random.uniform([4], 0, 5, dtype=fl.int32))),
     ("optimizer_update", "", lambda: _traced_with_variable(
         lambda v, opt=fl.optimizers.Adam(0.1): opt.apply_gradients([(f32([2, 3]), v)]))),
@@ -153,6 +154,16 @@ CASES = [
         lambda v, opt=fl.optimizers.SGD(0.1): opt.apply_gradients([(f32([2, 3]), v)]))),
 ]
 NOT_RUN = {"placeholder"}   # fed, never run: checked by test_placeholder_rule
+
+
+def _traced_concat_grad():
+    """concat's backward op, which a graph uses when the sizes along the axis are unknown."""
+    def grad(x):
+        with fl.GradientTape() as tape:
+            tape.watch(x)
+            y = fl.concat([x, x * 2.0], axis=0)
+        return tape.gradient(y, x)
+    return fl.function(grad, input_signature=[fl.TensorSpec([None, 3])])(f32([2, 3]))
 
 
 def _traced(fn, *args):

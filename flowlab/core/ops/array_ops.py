@@ -176,12 +176,38 @@ def _concat_rule(*xs, axis):
 
 def _concat_grad(c, g):
     a = R.norm_axis(c.attrs["axis"], len(R.shape_of(g)))
+    sizes = [R.shape_of(x)[a] for x in c.inputs]
+    if None in sizes:   # sizes known only when the graph runs: slice by the inputs' runtime shapes
+        return tuple(execute(_concat_part_op, (g, *c.inputs), {"axis": a, "index": i})
+                     for i in builtins.range(len(sizes)))
     out, start = [], 0
-    for x in c.inputs:
-        n = R.shape_of(x)[a]
+    for n in sizes:
         out.append(g[(_builtin_slice(None),) * a + (_builtin_slice(start, start + n),)])
         start += n
     return tuple(out)
+
+
+def _concat_part_kernel(g, *xs, axis, index):
+    start = builtins.sum(x.shape[axis] for x in xs[:index])
+    return g[(_builtin_slice(None),) * axis + (_builtin_slice(start, start + xs[index].shape[axis]),)]
+
+
+def _concat_part_rule(g, *xs, axis, index):
+    shape, dtype = R.spec(g)
+    part = R.shape_of(xs[index])
+    return shape[:axis] + (part[axis],) + shape[axis + 1:], dtype
+
+
+def _concat_part_grad(c, gg):
+    """The part's gradient lands back in its place in the joined tensor; zeros elsewhere."""
+    from .math_ops import zeros_like   # math_ops imports this module
+    g, xs, i = c.inputs[0], c.inputs[1:], c.attrs["index"]
+    pieces = [gg if j == i else zeros_like(x, dtype=R.spec(g)[1]) for j, x in enumerate(xs)]
+    return (concat(pieces, c.attrs["axis"]),) + (None,) * len(xs)
+
+
+# concat's backward op when the sizes along the axis are known only at run time: the index-th part of g
+_concat_part_op = defop("concat_grad", _concat_part_kernel, _concat_part_rule, _concat_part_grad)
 
 
 _concat_op = defop("concat", lambda *xs, axis: np.concatenate(xs, axis), _concat_rule, _concat_grad,
@@ -255,13 +281,52 @@ def _normalize_key(key):
 
 def _getitem_rule(x, key):
     shape, dtype = R.spec(x)
-    if None in shape:
-        R.fail("indexing a tensor of partly unknown shape is not supported")
-    return np.empty(shape, dtype=np.bool_)[key].shape, dtype
+    if None not in shape:
+        return np.empty(shape, dtype=np.bool_)[key].shape, dtype
+    if builtins.any(isinstance(k, np.ndarray) for k in key):
+        return _probe_shape(shape, key), dtype
+    return _basic_index_shape(shape, key), dtype
 
 
-def _scatter_kernel(g, key, shape):
-    out = array_module(g).zeros(shape, dtype=g.dtype)
+def _basic_index_shape(shape, key):
+    """The result shape of ints, slices, None and ... on a shape with unknown (None) sizes."""
+    used = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
+    if used > len(shape):
+        R.fail(f"too many indices ({used}) for a rank-{len(shape)} tensor")
+    out, axis = [], 0
+    for k in key:
+        if k is None:
+            out.append(1)
+        elif k is Ellipsis:
+            out.extend(shape[axis:axis + len(shape) - used])
+            axis += len(shape) - used
+        else:
+            d = shape[axis]
+            if isinstance(k, int):
+                if d is not None and not -d <= k < d:
+                    R.fail(f"index {k} is out of bounds for axis {axis} of size {d}")
+            else:
+                out.append(None if d is None else len(builtins.range(*k.indices(d))))
+            axis += 1
+    return tuple(out) + tuple(shape[axis:])
+
+
+def _probe_shape(shape, key):
+    """Advanced indexing on unknown sizes: index two stand-in shapes (no memory is touched for the
+    stand-ins) and call a result size unknown where the two disagree."""
+    ints = [abs(int(v)) for k in key if isinstance(k, (int, np.ndarray)) for v in np.ravel(k)]
+    ints += [abs(v) for k in key if isinstance(k, _builtin_slice) for v in (k.start, k.stop) if v is not None]
+    p = builtins.max(ints, default=0) + 2
+    try:
+        a, b = (np.broadcast_to(np.zeros((), np.bool_), tuple(q if d is None else d for d in shape))[key].shape
+                for q in (p, p + 1))
+    except IndexError as e:
+        R.fail(str(e))
+    return tuple(None if i != j else i for i, j in zip(a, b))
+
+
+def _scatter_kernel(g, *like, key, shape):
+    out = array_module(g).zeros(like[0].shape if shape is None else shape, dtype=g.dtype)
     if builtins.any(isinstance(k, np.ndarray) for k in key):
         np.add.at(out, key, g)  # advanced indices may repeat: accumulate
     else:
@@ -269,11 +334,17 @@ def _scatter_kernel(g, key, shape):
     return out
 
 
-_scatter_op = defop("getitem_grad", _scatter_kernel, lambda g, key, shape: (shape, R.spec(g)[1]),
-                    lambda c, gg: (_getitem(gg, c.attrs["key"]),))
-_getitem_op = defop("getitem", lambda x, key: x[key], _getitem_rule,
-                    lambda c, g: (execute(_scatter_op, (g,), {"key": c.attrs["key"],
-                                                               "shape": R.shape_of(c.inputs[0])}),))
+def _getitem_grad(c, g):
+    x, shape = c.inputs[0], R.shape_of(c.inputs[0])
+    if None in shape:   # the input's shape is known only when the graph runs: pass x along for it
+        return (execute(_scatter_op, (g, x), {"key": c.attrs["key"], "shape": None}),)
+    return (execute(_scatter_op, (g,), {"key": c.attrs["key"], "shape": shape}),)
+
+
+_scatter_op = defop("getitem_grad", _scatter_kernel,
+                    lambda g, *like, key, shape: (R.shape_of(like[0]) if shape is None else shape, R.spec(g)[1]),
+                    lambda c, gg: (_getitem(gg, c.attrs["key"]),) + (None,) * (len(c.inputs) - 1))
+_getitem_op = defop("getitem", lambda x, key: x[key], _getitem_rule, _getitem_grad)
 
 
 def _getitem(x, key):
@@ -418,8 +489,12 @@ def shape(input, out_type=dtypes.int32, name=None):  # noqa: A002 - TF's signatu
 
 
 def size(input, out_type=dtypes.int32, name=None):  # noqa: A002 - TF's signature
-    """The number of elements, as a 0-d integer tensor."""
-    return Tensor(np.asarray(int(np.prod(R.shape_of(convert_to_tensor(input)))), dtype=dtypes.numpy_dtype(out_type)))
+    """The number of elements, as a 0-d integer tensor (in a graph with unknown sizes: computed when
+    the graph runs)."""
+    x = convert_to_tensor(input)
+    if None in R.shape_of(x):
+        return reduction_ops.reduce_prod(shape(x, out_type))
+    return Tensor(np.asarray(int(np.prod(R.shape_of(x))), dtype=dtypes.numpy_dtype(out_type)))
 
 
 def rank(input, name=None):  # noqa: A002 - TF's signature
