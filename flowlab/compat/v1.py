@@ -97,7 +97,9 @@ def placeholder(dtype, shape=None, name=None):
 def constant(value, dtype=None, shape=None, name=None, verify_shape=False):
     """A value baked into the graph (optionally cast to ``dtype`` and broadcast to ``shape``)."""
     graph = get_default_graph()
-    out = graph.constant(_eager_constant(value, dtype=dtype, shape=shape))
+    with graph.as_default():   # the value belongs to a graph node, which the device scope places
+        value = _eager_constant(value, dtype=dtype, shape=shape)
+    out = graph.constant(value)
     if name and isinstance(graph, Graph):
         graph._rename(out.node, name)
     return out

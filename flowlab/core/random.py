@@ -6,7 +6,7 @@ import numpy as np
 from . import dtypes
 from ._context import state
 from .execute import defop, execute
-from .tensor import Tensor
+from .tensor import Tensor, in_scope
 
 __all__ = ["set_seed", "normal", "uniform", "truncated_normal", "shuffle"]
 
@@ -41,7 +41,7 @@ def _draw(kind, shape, dtype, seed, **params):
     attrs = {"kind": kind, "shape": _shape(shape), "dtype": np.dtype(dtype), "seed": seed, "params": params}
     if state().graph is not None:
         return execute(_RANDOM, (), attrs)
-    return Tensor(_random_kernel(**attrs))
+    return in_scope(Tensor(_random_kernel(**attrs)))
 
 
 def _random_kernel(*, kind, shape, dtype, seed, params):

@@ -14,6 +14,7 @@ import itertools
 import numpy as np
 
 from . import dtypes as _dtypes
+from ._context import ACTIVE, state
 from .errors import InvalidArgumentError, source_line
 from .shape import TensorShape
 
@@ -201,16 +202,10 @@ class Variable(Tensor):
     def _place_in_scope(self):
         """A variable made inside ``fl.device(...)`` lives there; ops that read or update it are
         placed with it (colocation) unless a scope says otherwise."""
-        from ._context import state
-        st = state()
-        if not st.device_stack or not st.device_stack[-1]:
-            return
-        from .backends import backend_for_device
-        from .device import DEFAULT_DEVICE, resolve
-        where = resolve(st.device_stack[-1])
-        self._device = None if where == DEFAULT_DEVICE else where
-        if self._device is not None:
-            self._value = backend_for_device(where).asarray(self._value)
+        if ACTIVE.count:
+            st = state()
+            if st.device_stack and st.device_stack[-1]:
+                _move_to(self, st.device_stack[-1])
 
     def _checked(self, value, op):
         t = convert_to_tensor(value, dtype=self._value.dtype)
@@ -329,6 +324,26 @@ def convert_to_tensor(value, dtype=None, dtype_hint=None) -> Tensor:
     return Tensor(_python_array(value, want if want is not None else _dtypes.numpy_dtype(dtype_hint)))
 
 
+def in_scope(t: Tensor) -> Tensor:
+    """Move a newly made tensor (a constant, fl.zeros, a random draw, a Variable's value) to the
+    device of the enclosing ``fl.device(...)`` scope, as ops made there are placed. No scope: as is."""
+    if not ACTIVE.count:   # no scope, tape or graph anywhere in the process: nothing to look up
+        return t
+    st = state()
+    if st.device_stack and st.device_stack[-1] and st.graph is None:   # in a graph, the node is placed
+        _move_to(t, st.device_stack[-1])
+    return t
+
+
+def _move_to(t: Tensor, scope) -> None:
+    from .backends import backend_for_device
+    from .device import DEFAULT_DEVICE, resolve
+    where = resolve(scope)
+    t._device = None if where == DEFAULT_DEVICE else where
+    if t._device is not None:
+        t._value = backend_for_device(where).asarray(t._value)
+
+
 def constant(value, dtype=None, shape=None, name=None) -> Tensor:
     """A tensor holding a copy of ``value`` (optionally cast to ``dtype`` and broadcast to ``shape``).
 
@@ -352,4 +367,6 @@ def constant(value, dtype=None, shape=None, name=None) -> Tensor:
             else:
                 raise InvalidArgumentError(f"constant: cannot make a tensor of shape {shape} from a value of "
                                            f"shape {t._value.shape}\n  at {source_line()}", op="constant")
-    return t
+    if t is value:   # fl.constant(tensor) made no new tensor: never move the caller's
+        return t
+    return in_scope(t)

@@ -5,6 +5,8 @@ import pytest
 import flowlab as fl
 from flowlab.core.device import RemoteDeviceError
 
+GPU1 = "/job:localhost/replica:0/task:0/device:GPU:1"
+
 
 @pytest.fixture(autouse=True)
 def two_logical_gpus():
@@ -79,3 +81,17 @@ def test_a_node_on_another_task_is_refused_not_run_locally():
 
     with pytest.raises(RemoteDeviceError, match="needs a cluster"):
         f(fl.ones([2]))
+
+
+def test_tensors_made_in_a_scope_live_on_its_device():
+    with fl.device("/gpu:1"):
+        made = {"constant": fl.constant([1.0, 2.0]), "zeros": fl.zeros([2]), "ones": fl.ones([2]),
+                "range": fl.range(3), "fill": fl.fill([2], 3.0), "random": fl.random.normal([2]),
+                "uniform": fl.random.uniform([2])}
+    assert {k: t.device for k, t in made.items()} == {k: GPU1 for k in made}
+    outside = fl.constant([1.0])
+    assert outside.device.endswith("CPU:0")
+    with fl.device("/gpu:1"):
+        assert fl.constant(outside) is outside          # no new tensor: the caller's stays put
+    with fl.device("/gpu:7"), pytest.raises(fl.errors.InvalidArgumentError, match="no device"):
+        fl.zeros([2])

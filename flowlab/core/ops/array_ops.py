@@ -9,7 +9,7 @@ from .. import dtypes
 from ..backends import array_module
 from ..errors import InvalidArgumentError
 from ..execute import defop, execute, op_error, unary
-from ..tensor import Tensor, _python_array, convert_to_tensor
+from ..tensor import Tensor, _python_array, convert_to_tensor, in_scope
 from . import _rules as R
 from . import reduction_ops
 
@@ -459,12 +459,12 @@ def fill(dims, value, name=None):
 
 def zeros(shape, dtype=dtypes.float32, name=None):
     """A tensor of zeros."""
-    return Tensor(np.zeros(_ints(shape), dtype=dtypes.numpy_dtype(dtype)))
+    return in_scope(Tensor(np.zeros(_ints(shape), dtype=dtypes.numpy_dtype(dtype))))
 
 
 def ones(shape, dtype=dtypes.float32, name=None):
     """A tensor of ones."""
-    return Tensor(np.ones(_ints(shape), dtype=dtypes.numpy_dtype(dtype)))
+    return in_scope(Tensor(np.ones(_ints(shape), dtype=dtypes.numpy_dtype(dtype))))
 
 
 def range(start, limit=None, delta=1, dtype=None, name=None):  # noqa: A001 - TF's name
@@ -473,7 +473,7 @@ def range(start, limit=None, delta=1, dtype=None, name=None):  # noqa: A001 - TF
     if limit is None:
         start, limit = 0, start
     start, limit, delta = (v.numpy() if isinstance(v, Tensor) else v for v in (start, limit, delta))
-    return Tensor(_python_array(np.arange(start, limit, delta), dtypes.numpy_dtype(dtype)))
+    return in_scope(Tensor(_python_array(np.arange(start, limit, delta), dtypes.numpy_dtype(dtype))))
 
 
 _shape_op = defop("shape", lambda x, out_type: np.asarray(x.shape, dtype=out_type),
