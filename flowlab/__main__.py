@@ -1,4 +1,5 @@
-"""The ``flowlab`` command. ``flowlab info`` says what this installation can do."""
+"""The ``flowlab`` command. ``flowlab info`` says what this installation can do; ``flowlab worker``
+runs one task of a cluster from a shell."""
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,76 @@ def _info(args) -> int:
     return 0
 
 
+def _worker(args) -> int:
+    """One task of a cluster, in this process, until interrupted or sent ``shutdown``."""
+    import json
+    import os
+
+    from flowlab.cluster.server import key_from_env, read_key_file
+    from flowlab.cluster.spec import ClusterSpec, config_from_env
+    from flowlab.cluster.worker import serve_task
+
+    job, index = args.job, args.task
+    if args.cluster:
+        with open(args.cluster) as f:
+            raw = json.load(f)
+        spec = ClusterSpec(raw.get("cluster", raw) if isinstance(raw, dict) else raw)
+    else:
+        try:
+            cfg = config_from_env()
+        except ValueError as e:
+            print(f"flowlab worker: {e}", file=sys.stderr)
+            return 2
+        if cfg is None:
+            print("flowlab worker: give --cluster SPEC.json, or set FLOWLAB_CONFIG "
+                  '(e.g. {"cluster": {"worker": ["localhost:2222"]}, "task": {"type": "worker", "index": 0}})',
+                  file=sys.stderr)
+            return 2
+        spec = cfg.spec
+        job = job or cfg.job
+        index = cfg.index if index is None else index
+    job = job or "worker"
+    index = 0 if index is None else index
+    try:
+        spec.task_address(job, index)
+    except ValueError as e:
+        print(f"flowlab worker: {e}", file=sys.stderr)
+        return 2
+    key = read_key_file(args.key_file) if args.key_file else key_from_env()
+    if key is None or len(key) < 16:
+        print("flowlab worker: no cluster key. Every task and client of a cluster shares one secret key "
+              "of at least 16 bytes: set FLOWLAB_CLUSTER_KEY to its hex form, or FLOWLAB_CLUSTER_KEY_FILE / "
+              "--key-file to a file holding it (make one with: python -c \"import secrets; "
+              "print(secrets.token_hex(32))\" > cluster.key; chmod 600 cluster.key)", file=sys.stderr)
+        return 2
+    if args.bind and args.bind not in ("127.0.0.1", "localhost", "::1"):
+        print(f"flowlab worker: WARNING: listening on {args.bind}, so other machines can reach this task; "
+              f"only the cluster key protects it (keep it secret, and use a trusted network)",
+              file=sys.stderr, flush=True)
+    os.environ.pop("FLOWLAB_CLUSTER_KEY", None)   # user code run by this task need not see it
+    import warnings
+    warnings.filterwarnings("ignore", message=".*reachable from other machines.*")
+    return serve_task(spec, job, index, key, bind=args.bind)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="flowlab", description="Learn and try out distributed deep learning.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("info", help="what this installation has: versions, BLAS threads, GPU").set_defaults(run=_info)
+    worker = commands.add_parser(
+        "worker", help="run one task of a cluster (from a spec file or FLOWLAB_CONFIG)",
+        description="Run one task of a cluster in this process. The cluster key comes from "
+                    "FLOWLAB_CLUSTER_KEY (hex), FLOWLAB_CLUSTER_KEY_FILE or --key-file. The task listens on "
+                    "127.0.0.1 at its port from the spec unless --bind names another address.")
+    worker.add_argument("--cluster", metavar="SPEC.json",
+                        help='cluster spec: {"worker": ["host:port", ...], "ps": [...]} (or FLOWLAB_CONFIG\'s shape)')
+    worker.add_argument("--job", default=None, help="job name (default: worker, or FLOWLAB_CONFIG's task type)")
+    worker.add_argument("--task", type=int, default=None, help="task index in the job (default 0)")
+    worker.add_argument("--bind", default=None, metavar="ADDRESS",
+                        help="address to listen on (default 127.0.0.1; another one prints a warning)")
+    worker.add_argument("--key-file", default=None, metavar="PATH", help="file holding the cluster key (hex)")
+    worker.set_defaults(run=_worker)
     args = parser.parse_args(argv)
     if args.version:
         import flowlab

@@ -1,6 +1,43 @@
 """Local multi-process clusters: ClusterSpec, Server, LocalCluster, transport, collectives, events.
 
-Importing this package is light: it never imports pyzmq (the transport is loaded when a server or
-cluster starts), so ``flowlab.data`` and others can use the event log freely.
+>>> import flowlab as fl
+>>> spec = fl.cluster.ClusterSpec({"worker": ["localhost:2222", "localhost:2223"]})
+>>> spec.num_tasks("worker")
+2
+
+Importing this package is light: it never imports pyzmq or numpy (the transport is loaded when a
+server or cluster starts), so ``flowlab.data`` and others can use the event log freely. Each public
+name below is imported from its module on first use.
+
+- :mod:`.spec`: ``ClusterSpec``, ``config_from_env`` (``FLOWLAB_CONFIG``)
+- :mod:`.server`: ``Server`` (one task's message loop), ``rank()``, ``world_size()``
+- :mod:`.local`: ``LocalCluster`` (worker processes from a notebook cell)
+- :mod:`.client`: ``Client`` (signed requests to tasks)
+- :mod:`.protocol`, :mod:`.transport`, :mod:`.inproc`: the wire format and its two transports
+- :mod:`.liveness`: heartbeats and the process watch; :mod:`.errors`: what goes wrong
 """
+import importlib
+
 from .events import Event, EventLog, default_log  # noqa: F401
+
+_HOME = {
+    "ClusterSpec": ".spec", "ClusterConfig": ".spec", "config_from_env": ".spec",
+    "Server": ".server", "rank": ".server", "world_size": ".server", "current_server": ".server",
+    "LocalCluster": ".local", "Client": ".client",
+    "ClusterError": ".errors", "WorkerDiedError": ".errors", "WorkerUnresponsiveError": ".errors",
+    "RemoteError": ".errors", "ClusterTimeoutError": ".errors", "ProtocolError": ".errors",
+    "InprocTransport": ".inproc",
+}
+__all__ = sorted([*_HOME, "Event", "EventLog", "default_log"])
+
+
+def __getattr__(name):
+    if name in _HOME:
+        value = getattr(importlib.import_module(_HOME[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'flowlab.cluster' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

@@ -264,7 +264,7 @@ def resolve(spec, allow_remote: bool = False) -> str:
             return name
         raise RemoteDeviceError(
             f"{name} is not in this process (/job:localhost/replica:0/task:0): running ops on another "
-            f"job or task needs a cluster (fl.cluster.LocalCluster, coming soon), and flowlab will not "
+            f"job or task needs a cluster: start one with fl.cluster.LocalCluster(workers=N), and flowlab will not "
             f"quietly run them here instead. This process has: {_have()}" + _at(source_line()))
     if full.device_index >= config.logical_device_count(full.device_type):
         where = source_line()

@@ -1,0 +1,113 @@
+"""What goes wrong in a cluster, as exceptions that say which task, which process and why.
+
+Every error a cluster call raises is a :class:`ClusterError`. The three a learner meets most:
+
+- :class:`WorkerDiedError`: the task's process is gone (names its pid and exit code or signal).
+- :class:`WorkerUnresponsiveError`: the process exists but stopped answering (stopped, hung).
+- :class:`RemoteError`: the task ran the code and the code raised; carries the remote traceback.
+  Where the remote exception's class can be found here, the error raised is also an instance of it,
+  so ``except ZeroDivisionError:`` still works around a remote call.
+
+Each carries the last lines of the task's log when the cluster has one (a LocalCluster does).
+"""
+from __future__ import annotations
+
+import signal as _signal
+
+__all__ = ["ClusterError", "WorkerDiedError", "WorkerUnresponsiveError", "RemoteError",
+           "ClusterTimeoutError", "ProtocolError", "describe_exit"]
+
+
+class ClusterError(RuntimeError):
+    """Something about a cluster task went wrong; ``task`` names it (a string like
+    ``/job:worker/task:1``) and ``pid`` is its process id where known."""
+
+    def __init__(self, message: str, task: str | None = None, pid: int | None = None,
+                 log_tail: str | None = None):
+        if log_tail:
+            message += "\nlast lines of its log:\n" + _indent(log_tail)
+        super().__init__(message)
+        self.task, self.pid, self.log_tail = task, pid, log_tail
+
+    def __str__(self):   # our message, even when mixed with a class that words it otherwise (KeyError)
+        return BaseException.__str__(self)
+
+
+class WorkerDiedError(ClusterError):
+    """The task's process exited; ``exitcode`` (>= 0) or ``signal`` (a signal number) says how."""
+
+    def __init__(self, task, pid=None, exitcode=None, signal=None, log_tail=None, doing=None):
+        self.exitcode, self.signal = exitcode, signal
+        what = f" while {doing}" if doing else ""
+        super().__init__(f"{task}{_pid(pid)} died{what}: {describe_exit(exitcode, signal)}", task, pid, log_tail)
+
+
+class WorkerUnresponsiveError(ClusterError):
+    """The task's process is there but sent no heartbeat for ``silent_for`` seconds (stopped with
+    SIGSTOP, frozen, or starved). ``state`` is its process state where known (e.g. ``T (stopped)``)."""
+
+    def __init__(self, task, pid=None, silent_for=0.0, state=None, log_tail=None, doing=None):
+        self.silent_for, self.state = silent_for, state
+        what = f" while {doing}" if doing else ""
+        st = f"; process state {state}" if state else ""
+        super().__init__(f"{task}{_pid(pid)} stopped answering{what}: no heartbeat for {silent_for:.1f} s{st}",
+                         task, pid, log_tail)
+
+
+class ClusterTimeoutError(ClusterError, TimeoutError):
+    """A call's own deadline passed while its task still looked alive."""
+
+
+class ProtocolError(ClusterError):
+    """A message failed a check (signature, replay, shape); the receiver drops it and keeps serving."""
+
+
+class RemoteError(ClusterError):
+    """Code run on a task raised. ``remote_type`` is the exception's class name there,
+    ``remote_traceback`` its formatted traceback (as text)."""
+
+    def __init__(self, task, remote_type, remote_message, remote_traceback="", pid=None):
+        self.remote_type, self.remote_message, self.remote_traceback = remote_type, remote_message, remote_traceback
+        text = f"{remote_type}: {remote_message}" if remote_message else remote_type
+        tb = f"\n\nremote traceback ({task}):\n{_indent(remote_traceback.rstrip())}" if remote_traceback else ""
+        super().__init__(f"{task}{_pid(pid)} raised {text}{tb}", task, pid)
+
+    def __reduce__(self):   # a plain RemoteError on the other side (the mixed-in class may not exist there)
+        return RemoteError, (self.task, self.remote_type, self.remote_message, self.remote_traceback, self.pid)
+
+
+def remote_error(task, remote_type, message, traceback, pid=None, cls=None) -> RemoteError:
+    """A RemoteError that is also an instance of ``cls`` (the remote exception's class) when that
+    class can be subclassed; plain RemoteError otherwise."""
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, RemoteError):
+        try:
+            sub = type(f"RemoteError[{cls.__name__}]", (RemoteError, cls), {"__module__": __name__})
+            err = Exception.__new__(sub)
+            RemoteError.__init__(err, task, remote_type, message, traceback, pid)
+            return err
+        except TypeError:   # a class whose layout forbids the mix (rare C extension types)
+            pass
+    return RemoteError(task, remote_type, message, traceback, pid)
+
+
+def describe_exit(exitcode, signal=None) -> str:
+    """``exit code 3`` / ``killed by signal 9 (SIGKILL)`` / ``exit status unknown``."""
+    if signal is None and exitcode is not None and exitcode < 0:   # subprocess's convention
+        exitcode, signal = None, -exitcode
+    if signal is not None:
+        try:
+            name = _signal.Signals(signal).name
+        except ValueError:
+            name = "?"
+        return f"killed by signal {signal} ({name})"
+    if exitcode is None:
+        return "exit status unknown"
+    return f"exit code {exitcode}"
+
+
+def _pid(pid):
+    return f" (pid {pid})" if pid else ""
+
+
+def _indent(text):
+    return "\n".join("    " + line for line in text.splitlines())

@@ -1,0 +1,361 @@
+"""``LocalCluster``: a real cluster of worker processes on this machine, from one notebook cell.
+
+>>> import flowlab as fl
+>>> with fl.cluster.LocalCluster(workers=2) as cluster:              # doctest: +SKIP
+...     cluster.run(lambda: fl.cluster.rank() * 10)
+[0, 10]
+
+Each task is a child process (see :mod:`.worker`) on a free 127.0.0.1 port, all started at once;
+the constructor returns when every one has said it is ready. A per-cluster random key signs every
+message. Closing the cluster, the end of the ``with`` block, the kernel's exit, restart or death
+all end every worker; the notebook's Interrupt button does not. Workers that die or hang are
+reported by the next call that waits on them (see :mod:`.liveness`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal as _signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+
+from .client import Client
+from .errors import ClusterError
+from .liveness import Monitor, log_tail
+from .protocol import dumps, new_key
+from .spec import ClusterSpec, parse_task, task_name
+
+__all__ = ["LocalCluster", "cluster_for_target"]
+
+_by_target: "weakref.WeakValueDictionary[str, LocalCluster]" = weakref.WeakValueDictionary()
+
+
+def cluster_for_target(target: str) -> "LocalCluster | None":
+    """The live LocalCluster of this process that has ``target`` (``flowlab://host:port``)."""
+    return _by_target.get(target)
+
+
+class _Resources:
+    """Everything that must be released, kept apart from the cluster object so that a finalizer
+    (garbage collection, interpreter exit) can release it without the cluster."""
+
+    def __init__(self):
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, object] = {}
+        self.monitor = None
+        self.client = None
+        self.tmpdir = None
+        self.closed = False
+
+    def stop_procs(self, procs, grace: float = 2.0) -> None:
+        """End ``procs``: close stdin (the worker exits on EOF), wait up to ``grace`` seconds in
+        all, then SIGKILL what is left, and reap every one."""
+        for p in procs:
+            _close_stdin(p)
+        deadline = time.monotonic() + grace
+        for p in procs:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.kill()     # our own child, by pid
+                except ProcessLookupError:
+                    pass
+                try:
+                    p.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+
+    def release(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.stop_procs(list(self.procs.values()))
+        for f in self.logs.values():
+            f.close()
+        if self.client is not None:
+            self.client.close()
+        if self.monitor is not None:
+            self.monitor.close()
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+def _close_stdin(p):
+    try:
+        if p.stdin is not None and not p.stdin.closed:
+            p.stdin.close()
+    except OSError:
+        pass
+
+
+class LocalCluster:
+    """``workers`` worker tasks and ``ps`` parameter-server tasks, each a process on this machine.
+
+    - ``port``: None (each task takes any free port), or a first port: task i tries ``port + i``
+      and the ports after it, skipping those in use.
+    - ``heartbeat`` / ``unresponsive_after``: seconds between heartbeats, and of silence before a
+      task counts as unresponsive. A task that exits is noticed within 0.1 s.
+    - ``start_timeout``: seconds to wait for every task to be ready.
+    - ``preload``: modules each worker imports once it is ready (e.g. ``["numpy", "flowlab"]``), so
+      the first ``run`` does not pay for them. Workers start without flowlab's engine loaded.
+    - ``env``: extra environment variables for the workers.
+    """
+
+    _view = "flowlab.widgets.cluster:ClusterView"
+
+    def __init__(self, workers: int = 1, ps: int = 0, *, port: int | None = None, heartbeat: float = 0.25,
+                 unresponsive_after: float = 1.5, start_timeout: float = 30.0, preload=(), env=None,
+                 python: str | None = None):
+        if workers < 1 or ps < 0:
+            raise ValueError(f"a LocalCluster needs workers >= 1 and ps >= 0 (got workers={workers}, ps={ps})")
+        from .transport import ZmqTransport
+
+        self._res = res = _Resources()
+        self._finalizer = weakref.finalize(self, res.release)
+        self._key = new_key()
+        self._transport = ZmqTransport()
+        self._port, self._heartbeat, self._start_timeout = port, heartbeat, start_timeout
+        self._preload, self._python = list(preload), python
+        self._env = {**os.environ, **(env or {})}
+        self._jobs = {"worker": workers, **({"ps": ps} if ps else {})}
+        self._tasks = [task_name(j, i) for j, n in self._jobs.items() for i in range(n)]
+        self._addresses: dict[str, str] = {}
+        self._lock = threading.RLock()
+        self.closed = False
+        try:
+            res.tmpdir = tempfile.mkdtemp(prefix="flowlab-cluster-")
+            res.monitor = Monitor(self._transport, self._key, interval=heartbeat, timeout=unresponsive_after)
+            # health: the monitor's own method, so nothing in `res` refers back to the cluster and a
+            # cluster nobody holds any more is collected (and its workers ended) by the finalizer
+            res.client = Client(self._key, transport=self._transport, health=res.monitor.problem)
+            for i, task in enumerate(self._tasks):
+                self._spawn(task, None if port is None else port + i)
+            res.monitor.wait_ready(self._tasks, start_timeout)
+            for task in self._tasks:
+                self._connect(task)
+            self._broadcast_spec()
+        except BaseException:
+            self.close()
+            raise
+        _by_target[self.target] = self
+
+    # -- what it is --------------------------------------------------------------------------------
+    @property
+    def spec(self) -> ClusterSpec:
+        """The ClusterSpec of the running tasks (``127.0.0.1:port`` addresses)."""
+        spec = {}
+        for task in self._tasks:
+            job, i = parse_task(task)
+            spec.setdefault(job, []).append(self._addresses.get(task))
+        return ClusterSpec(spec)
+
+    @property
+    def target(self) -> str:
+        """``flowlab://127.0.0.1:port`` of ``/job:worker/task:0``, the task a Session talks to."""
+        return f"flowlab://{self._addresses[self._tasks[0]]}"
+
+    @property
+    def workers(self) -> list[str]:
+        """The worker tasks' names, in rank order."""
+        return [t for t in self._tasks if t.startswith("/job:worker/")]
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self._tasks)
+
+    @property
+    def client(self) -> Client:
+        """The signed connection to every task: ``client.request(task, type, body, buffers)``."""
+        return self._res.client
+
+    @property
+    def key(self) -> bytes:
+        """This cluster's signing key (for a Client made by hand)."""
+        return self._key
+
+    def pid(self, task) -> int | None:
+        p = self._res.procs.get(self._name(task))
+        return p.pid if p is not None else None
+
+    def status(self, task) -> str:
+        """``alive``, ``unresponsive``, ``dead``, ``starting`` or ``closed``."""
+        state = self._res.monitor.state(self._name(task)) if self._res.monitor else None
+        return "closed" if self.closed or state is None else state.status
+
+    def logs(self, task, lines: int = 50) -> str:
+        """The last ``lines`` lines of a task's log (its stdout and stderr)."""
+        return log_tail(self._log_path(self._name(task)), lines) or ""
+
+    def snapshot(self) -> dict:
+        """JSON-safe state for views: per task its status, pid and address."""
+        states = {s["task"]: s for s in self._res.monitor.snapshot()} if self._res.monitor else {}
+        tasks = []
+        for task in self._tasks:
+            s = states.get(task, {})
+            status = "closed" if self.closed else s.get("status", "starting")
+            tasks.append({"task": task, "status": status, "alive": status in ("alive", "unresponsive"),
+                          "pid": self.pid(task), "address": self._addresses.get(task),
+                          "exitcode": s.get("exitcode")})
+        return {"closed": self.closed, "target": self._target_or_none(), "tasks": tasks}
+
+    # -- running code --------------------------------------------------------------------------------
+    def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
+        """Run ``fn(*args, **kwargs)`` on every worker at once; the results in rank order. Inside,
+        ``fl.cluster.rank()`` and ``fl.cluster.world_size()`` say which worker it is. A remote
+        exception is raised here as RemoteError (also an instance of the remote exception's class
+        where possible) with the remote traceback and the task's name."""
+        self._check_open()
+        client = self._res.client
+        code, payload = dumps(fn), dumps((args, kwargs))
+        pending = [client.submit(t, "run", None, [code, payload]) for t in self.workers]
+        return client.gather(pending, timeout)
+
+    def call(self, task, fn, *args, timeout: float | None = None, **kwargs):
+        """Run ``fn(*args, **kwargs)`` on one task and return its result."""
+        self._check_open()
+        client = self._res.client
+        return client.gather([client.submit(self._name(task), "run", None, [dumps(fn), dumps((args, kwargs))])],
+                             timeout)[0]
+
+    def events(self, clear: bool = False) -> list:
+        """Every task's event log (sends, receives, ops), merged and ordered by start time."""
+        from .events import Event
+
+        self._check_open()
+        live = [t for t in self._tasks if self.status(t) == "alive"]
+        replies = self._res.client.request_all(live, "events", {"clear": clear}, timeout=30.0)
+        evs = [Event.from_dict(d) for r in replies for d in r.body["events"]]
+        return sorted(evs, key=lambda e: e.start)
+
+    # -- faults, for teaching ----------------------------------------------------------------------
+    def kill(self, task, sig: int = _signal.SIGKILL) -> None:
+        """Send ``sig`` (default SIGKILL) to a task's process: ``kill(1)`` kills worker 1.
+        ``signal.SIGSTOP`` freezes it instead (``SIGCONT`` wakes it)."""
+        name = self._name(task)
+        proc = self._res.procs.get(name)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(sig)
+
+    def restart(self, task) -> None:
+        """End a task's process (if it still runs) and start a new one on the same port when that
+        port is free (another otherwise); returns when it is ready."""
+        self._check_open()
+        name = self._name(task)
+        with self._lock:
+            old = self._res.procs.get(name)
+            if old is not None:
+                self._res.stop_procs([old], grace=1.0)
+                log = self._res.logs.pop(name, None)
+                if log is not None:
+                    log.close()
+            self._res.client.remove(name)
+            port = int(self._addresses[name].rpartition(":")[2]) if name in self._addresses else 0
+            self._spawn(name, port, tries=1 if port else None, fallback=True)
+            self._res.monitor.wait_ready([name], self._start_timeout)
+            self._connect(name)
+            self._broadcast_spec()
+
+    def close(self) -> None:
+        """End every task and release the sockets and the log folder (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        if _by_target.get(self._target_or_none()) is self:
+            del _by_target[self._target_or_none()]
+        self._finalizer()
+
+    def __enter__(self) -> "LocalCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- display ------------------------------------------------------------------------------------
+    def show(self):
+        """Display the live status view in a notebook (kill / restart / log buttons) and return it;
+        None outside a kernel, where the cluster prints as text."""
+        from .._display import show
+        return show(self)
+
+    def __repr__(self) -> str:
+        snap = self.snapshot()
+        lines = [f"LocalCluster({len(self.workers)} worker(s), {len(self._tasks) - len(self.workers)} ps)"
+                 f"{' closed' if self.closed else ''}"]
+        for t in snap["tasks"]:
+            lines.append(f"  {t['task']:<20} {t['status']:<13} pid {t['pid'] or '-':<8} {t['address'] or '-'}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        import html
+
+        snap = self.snapshot()
+        colour = {"alive": "#2e7d32", "unresponsive": "#f9a825", "dead": "#c62828", "starting": "#616161",
+                  "closed": "#616161"}
+        rows = "".join(
+            f"<tr><td><code>{html.escape(t['task'])}</code></td>"
+            f"<td style='color:{colour.get(t['status'], '#000')}'>&#9679; {t['status']}</td>"
+            f"<td>{t['pid'] or '-'}</td><td><code>{html.escape(t['address'] or '-')}</code></td></tr>"
+            for t in snap["tasks"])
+        title = f"LocalCluster: {len(self.workers)} worker(s)" + (" (closed)" if self.closed else "")
+        return (f"<div class='flowlab-cluster'><b>{html.escape(title)}</b><table>"
+                f"<tr><th>task</th><th>status</th><th>pid</th><th>address</th></tr>{rows}</table></div>")
+
+    # -- the machinery -----------------------------------------------------------------------------
+    def _name(self, task) -> str:
+        name = task_name(*parse_task(task))
+        if name not in self._tasks:
+            raise ValueError(f"this cluster has no task {task!r} (it has {self._tasks})")
+        return name
+
+    def _check_open(self):
+        if self.closed:
+            raise ClusterError("this LocalCluster is closed; start a new one")
+
+    def _target_or_none(self):
+        address = self._addresses.get(self._tasks[0])
+        return f"flowlab://{address}" if address else None
+
+    def _log_path(self, task):
+        return os.path.join(self._res.tmpdir or "", task.strip("/").replace("/", "_").replace(":", "-") + ".log")
+
+    def _spawn(self, task, port, tries=None, fallback=False):
+        from .worker import command
+
+        job, index = parse_task(task)
+        res = self._res
+        log = res.logs[task] = open(self._log_path(task), "ab")
+        proc = subprocess.Popen(command(self._python), stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=self._env, close_fds=True)
+        res.procs[task] = proc
+        res.monitor.watch(task, proc, self._log_path(task))
+        cfg = {"key": self._key.hex(), "job": job, "index": index, "bind": "127.0.0.1",
+               "port": port or 0, "port_tries": tries or (200 if port else 1), "heartbeat": self._heartbeat,
+               "monitor": {"address": res.monitor.address, "id": res.monitor.id}, "preload": self._preload,
+               "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path]}
+        if fallback and port:
+            cfg["port_fallback"] = True
+        try:
+            proc.stdin.write(json.dumps(cfg).encode() + b"\n")
+            proc.stdin.flush()
+        except BrokenPipeError:   # it died at once; the monitor reports how
+            pass
+
+    def _connect(self, task):
+        state = self._res.monitor.state(task)
+        self._addresses[task] = state.address
+        self._res.client.add(task, state.address, state.server_id, state.pid)
+
+    def _broadcast_spec(self):
+        body = {"cluster": self.spec.as_dict()}
+        live = [t for t in self._tasks if self.status(t) == "alive"]
+        self._res.client.request_all(live, "spec", body, timeout=30.0)

@@ -1,0 +1,487 @@
+"""``Server``: one task's message loop, as TensorFlow's ``tf.distribute.Server``.
+
+A server listens on its task's address, checks every message (:mod:`.protocol`), and dispatches it
+by ``type`` to a handler. A handler is ``fn(server, msg)`` returning None, a dict (the reply's
+body) or a :class:`Reply` (body and buffers); if it raises, the client gets a RemoteError with the
+traceback. Handlers are registered per message type, for every server with :func:`handler` or for
+one with :meth:`Server.register`:
+
+- *inline* handlers run on the loop thread, between messages: quick ones (ping, put, get, events,
+  tensor ops that do not wait);
+- the others run one at a time on the server's execution thread, so the loop keeps receiving
+  while they work or wait (user code from ``run``, a ``push`` to another task, later a ``recv``).
+
+Built-in types: ``hello``, ``ping``, ``spec``, ``run``, ``put``, ``get``, ``delete``, ``push``,
+``events``, ``stats``, ``shutdown``. Reply bodies carry ``re`` (the request's seq) and ``ok``;
+handlers must not use those keys. Messages that fail a check are dropped, logged (logger
+``flowlab.cluster``) and counted in ``stats``; the server keeps serving.
+
+Code running on a task finds its place with :func:`rank`, :func:`world_size` and
+:func:`current_server`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import sys
+import threading
+import traceback
+
+from . import events as _events
+from .errors import ClusterError, ProtocolError
+from .protocol import Pickled, Signer, Verifier, dumps, loads, new_id, new_key
+from .spec import ClusterSpec, parse_task, task_name
+
+__all__ = ["Server", "Reply", "Store", "handler", "rank", "world_size", "current_server", "key_from_env"]
+
+log = logging.getLogger("flowlab.cluster")
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "inproc")
+
+
+class Reply:
+    """A handler's answer with buffers: ``Reply({"n": 3}, [array])``."""
+    __slots__ = ("body", "buffers")
+
+    def __init__(self, body=None, buffers=()):
+        self.body, self.buffers = body or {}, buffers
+
+
+_HANDLERS: dict[str, tuple] = {}
+
+
+def handler(type: str, inline: bool = True):
+    """Register ``fn(server, msg)`` for message ``type`` on every server (a decorator)."""
+    def register(fn):
+        _HANDLERS[type] = (fn, inline)
+        return fn
+    return register
+
+
+class Store:
+    """A task's named values (what ``put`` delivered, what ops produced), with waiting: ``wait``
+    returns a value as soon as another thread or message puts it."""
+
+    def __init__(self):
+        self._values: dict = {}
+        self._cond = threading.Condition()
+
+    def put(self, key, value) -> None:
+        with self._cond:
+            self._values[key] = value
+            self._cond.notify_all()
+
+    def get(self, key):
+        try:
+            return self._values[key]
+        except KeyError:
+            raise KeyError(f"no value named {key!r} on this task (it has {sorted(self._values)[:20]})") from None
+
+    def wait(self, key, timeout: float):
+        with self._cond:
+            if not self._cond.wait_for(lambda: key in self._values, timeout):
+                raise TimeoutError(f"no value named {key!r} arrived within {timeout} s")
+            return self._values[key]
+
+    def pop(self, key, default=None):
+        with self._cond:
+            return self._values.pop(key, default)
+
+    def keys(self):
+        return list(self._values)
+
+    def __contains__(self, key):
+        return key in self._values
+
+    def __len__(self):
+        return len(self._values)
+
+
+def key_from_env(environ=None) -> bytes | None:
+    """The cluster key from ``FLOWLAB_CLUSTER_KEY`` (hex) or the file named by
+    ``FLOWLAB_CLUSTER_KEY_FILE`` (hex text or raw bytes); None when neither is set."""
+    env = os.environ if environ is None else environ
+    if env.get("FLOWLAB_CLUSTER_KEY"):
+        return bytes.fromhex(env["FLOWLAB_CLUSTER_KEY"].strip())
+    if env.get("FLOWLAB_CLUSTER_KEY_FILE"):
+        return read_key_file(env["FLOWLAB_CLUSTER_KEY_FILE"])
+    return None
+
+
+def read_key_file(path) -> bytes:
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return bytes.fromhex(data.decode().strip())
+    except (UnicodeDecodeError, ValueError):
+        return data
+
+
+class Server:
+    """One task of a cluster: ``Server(spec, job_name, task_index)`` listens on the task's port
+    and serves messages on a background thread (``start=True``, as in TensorFlow).
+
+    - ``key``: the cluster key (bytes, >= 16). None: ``FLOWLAB_CLUSTER_KEY`` /
+      ``FLOWLAB_CLUSTER_KEY_FILE``, else a new random key (see ``server.key``).
+    - ``bind``: the address to listen on; 127.0.0.1 unless given. A non-loopback address is
+      reachable from other machines: flowlab warns, and only the key protects the server then.
+    - ``port``: overrides the spec's port (0: any free port; ``port_tries`` > 1 skips ports in use).
+    - ``transport``: ``"zmq"`` (default) or ``"inproc"`` or a transport object.
+
+    ``protocol`` and ``config`` are accepted where TensorFlow has them; ``protocol`` is only a
+    label (the transport decides), ``config`` is unused.
+    """
+
+    def __init__(self, server_or_cluster_def=None, job_name=None, task_index=None, protocol=None,
+                 config=None, start=True, *, key=None, bind=None, port=None, port_tries=1,
+                 transport=None, event_log=None):
+        spec = server_or_cluster_def
+        if spec is not None and not isinstance(spec, ClusterSpec):
+            spec = ClusterSpec(spec)
+        if job_name is None:
+            jobs = spec.jobs if spec else []
+            if len(jobs) > 1:
+                raise ValueError(f"this cluster has jobs {jobs}: say which one with job_name=")
+            job_name = jobs[0] if jobs else "worker"
+        self.spec = spec
+        self.job_name = job_name
+        self.task_index = int(task_index or 0)
+        self.name = task_name(job_name, self.task_index)
+        if port is None:
+            if not spec:
+                raise ValueError("a Server needs a ClusterSpec that lists its task, or port= (0: any free port)")
+            port = int(spec.task_address(job_name, self.task_index).rpartition(":")[2])
+        self._port, self._port_tries = port, port_tries
+        self.key = key if key is not None else (key_from_env() or new_key())
+        self.bind = bind or "127.0.0.1"
+        if self.bind not in _LOOPBACK and not self.bind.startswith("127."):
+            import warnings
+            warnings.warn(f"{self.name} listens on {self.bind}, reachable from other machines; only the "
+                          f"cluster key protects it", stacklevel=2)
+        self.transport = _transport(transport)
+        self.protocol = protocol or self.transport.name
+        self.id = new_id("server")
+        self.pid = os.getpid()
+        self.store = Store()
+        self.log = event_log if event_log is not None else _events.default_log()
+        self.stats = {"messages": 0, "dropped": 0, "bytes_in": 0}
+        self._handlers = dict(_HANDLERS)
+        self._signer = Signer(self.key, self.id)
+        self._verifier = Verifier(self.key, self.id)
+        self._listener = None
+        self._thread = None
+        self._exec_thread = None
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._stopping = False
+        self._done = threading.Event()
+        self._peers = None          # a Client to other tasks, made on first use
+        self._code_cache: dict = {}
+        if start:
+            self.start()
+
+    @staticmethod
+    def create_local_server(config=None, start: bool = True, **kwargs) -> "Server":
+        """A one-task server on a free 127.0.0.1 port (``/job:localhost/task:0``), as TensorFlow's."""
+        return Server(None, "localhost", 0, config=config, start=start, port=0, **kwargs)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def listen(self) -> str:
+        """Bind the listening socket now (``start`` does it too); returns ``host:port``."""
+        if self._listener is None:
+            self._listener = self.transport.listen(self.bind, self._port, self._port_tries)
+        return self.address
+
+    def start(self) -> None:
+        """Serve on a background thread (idempotent)."""
+        self.listen()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self.serve, name=f"flowlab-server{self.name}", daemon=True)
+            self._thread.start()
+
+    def serve(self) -> None:
+        """Run the message loop in this thread until ``stop()`` or a ``shutdown`` message."""
+        self.listen()
+        _local.server = self
+        try:
+            self._loop()
+        finally:
+            self._stopping = True
+            self._jobs.put(None)
+            if self._peers is not None:
+                self._peers.close()
+            self._listener.close()
+            self._done.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until the server stops (forever by default, as TensorFlow's ``join``); True if it did."""
+        return self._done.wait(timeout)
+
+    def stop(self) -> None:
+        """Stop serving: the loop ends at once (within half a second at worst) and the socket closes."""
+        self._stopping = True
+        if self._listener is None or self._done.is_set():
+            return
+        if self._thread is None:
+            self._listener.close()
+            self._done.set()
+        else:
+            self._listener.wake()
+
+    @property
+    def address(self) -> str:
+        if self._listener is None:
+            raise ClusterError(f"{self.name} is not listening yet: call start()")
+        return self._listener.address
+
+    @property
+    def target(self) -> str:
+        """``flowlab://host:port``: what a client or a Session connects to."""
+        return f"flowlab://{self.address}"
+
+    def register(self, type: str, fn, inline: bool = True) -> None:
+        """Handle messages of ``type`` on this server with ``fn(server, msg)``."""
+        self._handlers[type] = (fn, inline)
+
+    def peers(self):
+        """A Client to the other tasks of this server's cluster (for pushes between tasks)."""
+        if self._peers is None:
+            from .client import Client
+            self._peers = Client(self.key, transport=self.transport, name=f"peer{self.name}")
+        return self._peers
+
+    def __repr__(self):
+        where = self._listener.address if self._listener else "not listening"
+        return f"<flowlab Server {self.name} at {where}>"
+
+    # -- the loop --------------------------------------------------------------------------------
+    def _loop(self):
+        listener, unpack, handlers, stats = self._listener, self._verifier.unpack, self._handlers, self.stats
+        jobs = self._jobs
+        while not self._stopping:
+            item = listener.recv(0.5)
+            if item is None:
+                continue
+            peer, frames = item
+            try:
+                msg = unpack(frames)
+            except ProtocolError as e:
+                self._drop(e, frames)
+                continue
+            stats["messages"] += 1
+            if msg.nbytes:
+                stats["bytes_in"] += msg.nbytes
+            entry = handlers.get(msg.type)
+            if entry is None:
+                self._answer(peer, msg, None, listener.send,
+                             error=ClusterError(f"{self.name} has no handler for messages of type {msg.type!r} "
+                                                f"(it has {sorted(handlers)})"))
+            elif entry[1]:
+                self._answer(peer, msg, entry[0], listener.send)
+            else:
+                self._start_exec()
+                jobs.put((peer, msg, entry[0]))
+
+    def _answer(self, peer, msg, fn, send, error=None):
+        try:
+            if error is not None:
+                raise error
+            out = fn(self, msg)
+            if out is None:
+                body, bufs = {"re": msg.seq, "ok": True}, ()
+            elif isinstance(out, Reply):
+                body, bufs = {**out.body, "re": msg.seq, "ok": True}, out.buffers
+            else:
+                body, bufs = {**out, "re": msg.seq, "ok": True}, ()
+        except BaseException as e:   # noqa: B036 - reported to the caller, the loop goes on
+            if isinstance(e, SystemExit):
+                self._stopping = True
+            body, bufs = {"re": msg.seq, "ok": False, "error": error_info(e)}, ()
+        try:
+            frames = self._signer.pack("reply", msg.sender, body, bufs)
+        except Exception as e:   # an unsendable result (a dtype we do not ship, ...)
+            frames = self._signer.pack("reply", msg.sender, {"re": msg.seq, "ok": False, "error": error_info(e)})
+        send(peer, frames)
+
+    def _start_exec(self):
+        if self._exec_thread is None:
+            self._exec_thread = threading.Thread(target=self._exec, name=f"flowlab-exec{self.name}", daemon=True)
+            self._exec_thread.start()
+
+    def _exec(self):
+        _local.server = self
+        post = self._listener.post
+        while True:
+            job = self._jobs.get()
+            if job is None or self._stopping:
+                return
+            peer, msg, fn = job
+            self._answer(peer, msg, fn, post)
+
+    def _drop(self, error, frames):
+        n = self.stats["dropped"] = self.stats["dropped"] + 1
+        if n <= 20 or n % 1000 == 0:
+            log.warning("%s dropped a message (%d so far): %s", self.name, n, error)
+        now = _events.now()
+        self.log.record("drop", type(error).__name__, now, now, bytes=sum(len(f) for f in frames), task=self.name,
+                        rank=self.task_index, reason=str(error))
+
+
+# -- where code is running ----------------------------------------------------------------------
+_local = threading.local()
+_process_server = None
+
+
+def current_server() -> Server | None:
+    """The server whose handler (or ``run`` function) is running in this thread, else the server
+    of this worker process; None outside a cluster task."""
+    return getattr(_local, "server", None) or _process_server
+
+
+def rank() -> int:
+    """This task's index in its job (0 outside a cluster), Horovod's ``hvd.rank()``."""
+    s = current_server()
+    return s.task_index if s is not None else 0
+
+
+def world_size() -> int:
+    """How many tasks this task's job has (1 outside a cluster), Horovod's ``hvd.size()``."""
+    s = current_server()
+    if s is None:
+        return 1
+    return s.spec.num_tasks(s.job_name) if s.spec else 1
+
+
+class _UserError(Exception):
+    """Carries an exception raised by user code, so its traceback starts at the user's function."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
+
+
+def error_info(e: BaseException) -> dict:
+    """A JSON-safe description of an exception: class, module, message and traceback text."""
+    tb = e.__traceback__
+    if isinstance(e, _UserError):   # user code raised: show its frames, not the server's
+        e = e.error
+        tb = e.__traceback__.tb_next if e.__traceback__ is not None and e.__traceback__.tb_next else e.__traceback__
+    return {"type": type(e).__qualname__, "module": type(e).__module__, "message": str(e),
+            "traceback": "".join(traceback.format_exception(type(e), e, tb))}
+
+
+def _transport(transport):
+    if transport is None or transport == "zmq":
+        from .transport import ZmqTransport
+        return ZmqTransport()
+    if transport == "inproc":
+        from .inproc import InprocTransport
+        return InprocTransport()
+    return transport
+
+
+# -- built-in handlers ----------------------------------------------------------------------------
+@handler("hello")
+def _hello(server, msg):
+    return {"task": server.name, "id": server.id, "pid": server.pid, "address": server.address,
+            "python": list(sys.version_info[:3])}
+
+
+@handler("ping")
+def _ping(server, msg):
+    return msg.body
+
+
+@handler("spec")
+def _spec(server, msg):
+    server.spec = ClusterSpec({j: ({int(i): a for i, a in t.items()} if isinstance(t, dict) else t)
+                               for j, t in msg.body["cluster"].items()})
+
+
+@handler("run", inline=False)
+def _run(server, msg):
+    """Buffers: the pickled function, then the pickled ``(args, kwargs)``; reply: the pickled result."""
+    code, payload = msg.buffers[0], msg.buffers[1]
+    fn = server._code_cache.get(code)
+    if fn is None:
+        fn = loads(code)
+        if len(server._code_cache) >= 64:
+            server._code_cache.pop(next(iter(server._code_cache)))
+        server._code_cache[code] = fn
+    args, kwargs = loads(payload)
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    start = _events.now()
+    try:
+        result = fn(*args, **kwargs)
+    except Exception as e:
+        raise _UserError(e) from None
+    finally:
+        server.log.record("op", name, start, _events.now(), task=server.name, rank=server.task_index)
+    return Reply({}, [dumps(result)])
+
+
+def _buffers_of(value):
+    return value if isinstance(value, list) else [value]
+
+
+@handler("put")
+def _put(server, msg):
+    """Store the message's buffers under ``body["key"]`` (one buffer: the value itself)."""
+    start = _events.now()
+    bufs = msg.buffers
+    server.store.put(msg.body["key"], bufs[0] if len(bufs) == 1 else list(bufs))
+    server.log.record("recv", msg.body["key"], msg.body.get("sent", start), _events.now(), bytes=msg.nbytes,
+                      task=server.name, rank=server.task_index, peer=msg.body.get("from_task", msg.sender))
+
+
+@handler("get")
+def _get(server, msg):
+    value = server.store.get(msg.body["key"])
+    if isinstance(value, Pickled):
+        return Reply({"pickled": True}, [value])
+    return Reply({}, _buffers_of(value))
+
+
+@handler("delete")
+def _delete(server, msg):
+    for key in msg.body.get("keys", ()):
+        server.store.pop(key)
+
+
+@handler("push", inline=False)
+def _push(server, msg):
+    """Send the value named ``key`` to task ``to`` (stored there as ``as``); waits for its receipt."""
+    body = msg.body
+    value = server.store.get(body["key"])
+    to = task_name(*parse_task(body["to"]))
+    peers = server.peers()
+    if to not in peers:
+        if server.spec is None:
+            raise ClusterError(f"{server.name} does not know the cluster yet, so cannot reach {to}")
+        peers.add(to, server.spec.address_of(to))
+    bufs = _buffers_of(value)
+    nbytes = sum(getattr(b, "nbytes", None) or len(b) for b in bufs)
+    start = _events.now()
+    peers.request(to, "put", {"key": body.get("as", body["key"]), "from_task": server.name, "sent": start},
+                  bufs, timeout=body.get("timeout", 120.0))
+    server.log.record("send", body["key"], start, _events.now(), bytes=nbytes, task=server.name,
+                      rank=server.task_index, peer=to)
+    return {"bytes": nbytes}
+
+
+@handler("events")
+def _events_handler(server, msg):
+    evs = server.log.events(since=msg.body.get("since"))
+    out = [e.to_dict() for e in evs]
+    if msg.body.get("clear"):
+        server.log.clear()
+    return {"task": server.name, "events": out, "dropped": server.log.dropped}
+
+
+@handler("stats")
+def _stats(server, msg):
+    return {"task": server.name, "pid": server.pid, **server.stats, "stored": len(server.store)}
+
+
+@handler("shutdown")
+def _shutdown(server, msg):
+    server._stopping = True

@@ -1,0 +1,232 @@
+"""The wire format: signing, replay protection, buffers, and code pickled by value."""
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from flowlab.cluster import protocol as P
+from flowlab.cluster.errors import ProtocolError
+
+KEY = bytes(range(32))
+ME, YOU = "server-aa", "client-bb"
+
+
+def _pair(key=KEY):
+    return P.Signer(key, YOU), P.Verifier(key, ME)
+
+
+def test_round_trip_of_body_and_buffers():
+    s, v = _pair()
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.array([True, False])
+    frames = s.pack("put", ME, {"key": "x", "n": [1, 2]}, [a, b, b"raw", P.dumps({"k": 1})])
+    m = v.unpack(frames)
+    assert (m.type, m.body, m.sender, m.seq) == ("put", {"key": "x", "n": [1, 2]}, YOU, 1)
+    np.testing.assert_array_equal(m.buffers[0], a)
+    assert m.buffers[0].dtype == np.float32 and m.buffers[0].shape == (3, 4)
+    np.testing.assert_array_equal(m.buffers[1], b)
+    assert bytes(m.buffers[2]) == b"raw"
+    assert isinstance(m.buffers[3], P.Pickled) and P.loads(m.buffers[3]) == {"k": 1}
+    assert m.nbytes == a.nbytes + b.nbytes + 3 + len(m.buffers[3])
+
+
+def test_header_is_json_signed_with_hmac_sha256():
+    import hashlib
+    import hmac
+    s, _ = _pair()
+    first = s.pack("ping", ME)[0]
+    sig, header = first[:32], first[32:]
+    assert sig == hmac.new(KEY, header, hashlib.sha256).digest()
+    h = json.loads(header)
+    assert h["type"] == "ping" and h["from"] == YOU and h["to"] == ME and h["seq"] == 1 and h["v"] == P.VERSION
+
+
+def test_non_contiguous_and_scalar_arrays_travel():
+    s, v = _pair()
+    a = np.arange(20, dtype=np.int64).reshape(4, 5)[:, ::2]
+    m = v.unpack(s.pack("put", ME, None, [a, np.float64(2.5) * np.ones(())]))
+    np.testing.assert_array_equal(m.buffers[0], a)
+    assert m.buffers[1].shape == () and float(m.buffers[1]) == 2.5
+
+
+def test_object_arrays_are_refused_when_sending():
+    s, _ = _pair()
+    with pytest.raises(TypeError, match="dtype object"):
+        s.pack("put", ME, None, [np.array([object()])])
+
+
+@pytest.mark.parametrize("mangle, why", [
+    (lambda f: [], "no frames"),
+    (lambda f: [b"garbage"], "unsigned or malformed"),
+    (lambda f: [f[0][32:]], "bad signature|unsigned"),                       # header without signature
+    (lambda f: [bytes(32) + f[0][32:]], "bad signature"),                     # zero signature
+    (lambda f: [f[0][:40] + b"X" + f[0][41:]], "bad signature"),              # header changed in flight
+    (lambda f: [f[0], b"extra"], "no buffers but 1 arrived"),                 # frame added
+])
+def test_tampered_messages_are_refused(mangle, why):
+    s, v = _pair()
+    with pytest.raises(ProtocolError, match=why):
+        v.unpack(mangle(s.pack("ping", ME)))
+
+
+def test_forged_key_and_short_keys():
+    forger = P.Signer(b"x" * 32, YOU)
+    _, v = _pair()
+    with pytest.raises(ProtocolError, match="bad signature"):
+        v.unpack(forger.pack("run", ME))
+    with pytest.raises(ValueError, match="at least 16"):
+        P.Signer(b"short", YOU)
+
+
+def test_replay_is_refused_but_reordering_within_the_window_passes():
+    s, v = _pair()
+    f1, f2, f3 = (s.pack("ping", ME) for _ in range(3))
+    v.unpack(f1)
+    v.unpack(f3)                 # 2 is late, not lost
+    v.unpack(f2)
+    for f in (f1, f2, f3):
+        with pytest.raises(ProtocolError, match="replayed"):
+            v.unpack(f)
+
+
+def test_replay_far_below_the_window_is_refused():
+    g = P.ReplayGuard(window=8)
+    g.check("a", 100, 0.0)
+    with pytest.raises(ProtocolError, match="too late"):
+        g.check("a", 50, 0.0)
+    g.check("a", 95, 0.0)
+    g.check("b", 1, 0.0)         # senders are counted apart
+
+
+def test_a_failed_check_does_not_burn_the_sequence_number():
+    s, v = _pair()
+    good = s.pack("put", ME, None, [b"abc"])
+    with pytest.raises(ProtocolError):
+        v.unpack([good[0], b"abcd"])          # wrong length for its buffer
+    v.unpack(good)
+
+
+def test_messages_for_another_receiver_are_refused_except_hello():
+    s, v = _pair()
+    with pytest.raises(ProtocolError, match="addressed to 'server-other'"):
+        v.unpack(s.pack("run", "server-other"))
+    with pytest.raises(ProtocolError, match="addressed to '\\*'"):
+        v.unpack(s.pack("run", "*"))
+    assert v.unpack(s.pack("hello", "*")).type == "hello"
+
+
+def test_stale_messages_are_refused(monkeypatch):
+    s, v = _pair()
+    frames = s.pack("ping", ME)
+    monkeypatch.setattr(P, "_now", lambda: 10 ** 10)
+    with pytest.raises(ProtocolError, match="stale"):
+        v.unpack(frames)
+
+
+def _resign(header: dict, bufs=(), key=KEY):
+    import hashlib
+    import hmac
+    raw = json.dumps(header).encode()
+    return [hmac.new(key, raw, hashlib.sha256).digest() + raw, *bufs]
+
+
+def _header(**kw):
+    h = {"v": P.VERSION, "type": "put", "from": YOU, "to": ME, "seq": 7, "t": P._now(), "bufs": [], "body": {}}
+    h.update(kw)
+    return h
+
+
+@pytest.mark.parametrize("header, bufs, why", [
+    (_header(bufs=[["nd", "<f4", [3]]]), [b"\0" * 8], "does not hold float32"),
+    (_header(bufs=[["nd", "|O", [1]]]), [b"\0" * 8], "not allowed"),
+    (_header(bufs=[["nd", "<f4", [-1]]]), [b""], "not allowed"),
+    (_header(bufs=[["zz", 1]]), [b"x"], "unknown buffer kind"),
+    (_header(bufs=[["p", 3, "00" * 32]]), [b"abc"], "digest"),
+    (_header(bufs=[["b", 3]]), [], "lists 1 buffer"),
+    (_header(seq=0), [], "bad seq"),
+    (_header(seq="1"), [], "bad seq"),
+    (_header(v=99), [], "malformed header"),
+    ({"type": "x"}, [], "malformed header"),
+    ([1, 2], [], "malformed header"),
+])
+def test_signed_but_malformed_headers_are_refused(header, bufs, why):
+    _, v = _pair()
+    with pytest.raises(ProtocolError, match=why):
+        v.unpack(_resign(header, bufs))
+
+
+def test_signed_buffers_carry_digests():
+    s, v = _pair()
+    frames = s.pack("put", ME, None, [b"abc", np.ones(3)], sign_buffers=True)
+    header = json.loads(frames[0][32:])
+    assert all(len(d[-1]) == 64 for d in header["bufs"])
+    with pytest.raises(ProtocolError, match="digest"):
+        v.unpack([frames[0], b"abd", frames[2]])
+
+
+def test_loads_refuses_buffers_that_did_not_arrive_as_signed_pickles():
+    with pytest.raises(ProtocolError, match="refusing to unpickle"):
+        P.loads(pickle.dumps(1))
+
+
+# -- code by value ----------------------------------------------------------------------------------
+def _roundtrip(obj):
+    return pickle.loads(P.dumps(obj))
+
+
+SCALE = 3
+
+
+def test_functions_defined_here_travel_with_their_globals_closures_and_defaults():
+    offset = 10
+
+    def f(x, y=2, *, z=5):
+        return (x + y + z + offset) * SCALE
+
+    g = _roundtrip(f)
+    assert g(1) == f(1) == 54 and g(1, y=0, z=0) == 33
+    assert g.__name__ == "f" and g is not f
+
+
+def test_lambdas_nested_recursive_and_mutually_referring_functions():
+    def fact(n):
+        return 1 if n <= 1 else n * fact(n - 1)
+
+    def outer():
+        def inner(k):
+            return fact(k) + 1
+        return inner
+
+    assert _roundtrip(lambda a: a * 2)(21) == 42
+    assert _roundtrip(fact)(5) == 120
+    assert _roundtrip(outer())(4) == 25
+
+
+def test_modules_travel_by_name_and_importable_functions_by_reference():
+    import math
+    fn = _roundtrip(lambda: math.sqrt(16) + np.sum(np.ones(2)))
+    assert fn() == 6.0
+    data = P.dumps(np.linalg.norm)
+    assert b"norm" in data and len(data) < 200   # by reference, not by value
+    assert pickle.loads(data) is np.linalg.norm
+
+
+def test_only_globals_the_code_reads_are_sent():
+    import threading
+    lock = threading.Lock()     # unpicklable: must not be dragged along by an attribute of the same name
+
+    class Obj:
+        lock = 1
+
+    def uses_attribute(o):
+        return o.lock
+
+    assert lock is not None
+    assert _roundtrip(uses_attribute)(Obj) == 1
+
+
+def test_a_function_from_another_python_is_refused_clearly():
+    from flowlab.cluster import _code
+    with pytest.raises(RuntimeError, match="Python 2.7"):
+        _code._skeleton((2, 7), b"", "f", "f", "__main__", 0)
