@@ -28,7 +28,7 @@ test test-fast: export PYTHONDONTWRITEBYTECODE = 1
 
 help:
 	@echo "make lab        install .[lab] into .venv and open JupyterLab on lessons/"
-	echo "make test       install .[lab,test] (+ Debian chromium if missing) and run every test tier"
+	echo "make test       install .[lab,test,mpi] (+ Debian chromium if missing) and run every test tier"
 	echo "make test-fast  only the fast tier"
 	echo "make bench      install .[bench] and run bench/eager.py"
 
@@ -37,7 +37,7 @@ $(BIN)/python:
 
 # One stamp per set of extras: pip runs again only when pyproject.toml is newer than the stamp.
 EXTRAS_lab := lab
-EXTRAS_test := lab,test
+EXTRAS_test := lab,test,mpi
 EXTRAS_bench := bench
 $(VENV)/.stamp-%: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --disable-pip-version-check -e '.[$(EXTRAS_$*)]'

@@ -18,7 +18,7 @@ from .core.ops import *  # noqa: F401,F403
 from .core.function import TensorSpec, function  # noqa: F401
 from .core.graph import Graph  # noqa: F401
 from .core.shape import TensorShape  # noqa: F401
-from .core.tape import GradientTape, UnconnectedGradients  # noqa: F401
+from .core.tape import GradientTape, UnconnectedGradients, custom_gradient  # noqa: F401
 from .core.tensor import Tensor, Variable, constant, convert_to_tensor, is_tensor  # noqa: F401
 from .nn import optimizers  # noqa: F401
 from . import data, datasets, nn  # noqa: F401

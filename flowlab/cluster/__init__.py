@@ -13,8 +13,11 @@ name below is imported from its module on first use.
 - :mod:`.server`: ``Server`` (one task's message loop), ``rank()``, ``world_size()``
 - :mod:`.local`: ``LocalCluster`` (worker processes from a notebook cell)
 - :mod:`.client`: ``Client`` (signed requests to tasks)
+- :mod:`.remote`: ``RemoteTensor``, eager ops placed on tasks; :mod:`.partition`: graphs split across
+  tasks (what ``Session(target)`` runs); :mod:`.task_exec`: what a task does with both
 - :mod:`.protocol`, :mod:`.transport`, :mod:`.inproc`: the wire format and its two transports
 - :mod:`.liveness`: heartbeats and the process watch; :mod:`.errors`: what goes wrong
+- :mod:`.collectives`: allreduce, broadcast, allgather, reduce_scatter, barrier (ring, tree, naive; MPI)
 """
 import importlib
 
@@ -23,10 +26,13 @@ from .events import Event, EventLog, default_log  # noqa: F401
 _HOME = {
     "ClusterSpec": ".spec", "ClusterConfig": ".spec", "config_from_env": ".spec",
     "Server": ".server", "rank": ".server", "world_size": ".server", "current_server": ".server",
-    "LocalCluster": ".local", "Client": ".client",
+    "LocalCluster": ".local", "latest_cluster": ".local", "Client": ".client", "RemoteTensor": ".remote",
     "ClusterError": ".errors", "WorkerDiedError": ".errors", "WorkerUnresponsiveError": ".errors",
     "RemoteError": ".errors", "ClusterTimeoutError": ".errors", "ProtocolError": ".errors",
     "InprocTransport": ".inproc",
+    **{name: ".collectives" for name in (
+        "allreduce", "broadcast", "allgather", "reduce_scatter", "barrier", "LocalGroup", "CollectiveError",
+        "CollectiveTimeoutError", "PeerLostError", "CollectiveMismatchError")},
 }
 __all__ = sorted([*_HOME, "Event", "EventLog", "default_log"])
 

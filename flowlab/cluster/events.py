@@ -123,6 +123,9 @@ class EventLog:
     def __len__(self) -> int:
         return len(self._events)
 
+    def __bool__(self) -> bool:   # an empty log is still a log (``log or default_log()`` keeps it)
+        return True
+
     def __repr__(self) -> str:
         return f"<EventLog task={self.task!r} events={len(self)} dropped={self.dropped}>"
 

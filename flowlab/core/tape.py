@@ -12,12 +12,12 @@ import enum
 import numpy as np
 
 from ._context import state
-from .execute import NO_ATTRS, READ_VARIABLE, Call
+from .execute import NO_ATTRS, READ_VARIABLE, Call, OpDef, _record
 from .tensor import Tensor, Variable, convert_to_tensor
 
 _NEEDS_ONE = (True,)
 
-__all__ = ["GradientTape", "UnconnectedGradients"]
+__all__ = ["GradientTape", "UnconnectedGradients", "custom_gradient", "record_gradient"]
 
 
 class UnconnectedGradients(enum.Enum):
@@ -214,3 +214,59 @@ def _unflatten(structure, flat):
         return next(it)
 
     return build(structure)
+
+
+# -- gradients you write yourself -------------------------------------------------------------------
+def record_gradient(name, inputs, output, grad_fn):
+    """Show the recording tapes ``output`` as one op of the tensors ``inputs`` whose gradients, given
+    the output's gradient ``g``, are ``grad_fn(g)`` (one per input, None where none flows). For
+    code above the engine that computes a value its own way (a collective, a custom kernel)."""
+    st = state()
+    if not st.tapes:
+        return
+    n = len(inputs)
+
+    def rule(call, g):
+        grads = grad_fn(g)
+        grads = tuple(grads) if isinstance(grads, (list, tuple)) else (grads,)
+        if len(grads) != n:
+            raise ValueError(f"the gradient function of {name} returned {len(grads)} gradients for {n} inputs")
+        return grads
+
+    _record(st.tapes, OpDef(name, None, None, rule), list(inputs), NO_ATTRS, output)
+
+
+def custom_gradient(f):
+    """Decorator: ``f(*args)`` returns ``(y, grad_fn)``; tapes see ``y`` as one op of ``f``'s tensor
+    arguments, differentiated by ``grad_fn(dy)`` (one gradient per tensor argument) instead of
+    through the ops inside ``f``, which are not recorded.
+
+    >>> import flowlab as fl
+    >>> @fl.custom_gradient
+    ... def clip_grad(x):
+    ...     return fl.identity(x), lambda g: fl.minimum(fl.maximum(g, -1.0), 1.0)
+    >>> x = fl.constant([3.0])
+    >>> with fl.GradientTape() as tape:
+    ...     tape.watch(x)
+    ...     y = clip_grad(x) * 5.0
+    >>> tape.gradient(y, x).numpy().tolist()
+    [1.0]
+    """
+    def call(*args, **kwargs):
+        st = state()
+        tapes = st.tapes
+        if not tapes:
+            return f(*args, **kwargs)[0]
+        st.tapes = []              # the ops inside f are not the gradient: keep them off the tapes
+        try:
+            y, grad_fn = f(*args, **kwargs)
+        finally:
+            st.tapes = tapes
+        inputs = [a for a in args if isinstance(a, Tensor)]
+        record_gradient(f"custom_gradient {getattr(f, '__name__', 'f')}", inputs, y, grad_fn)
+        return y
+
+    call.__name__ = getattr(f, "__name__", "custom_gradient")
+    call.__doc__ = getattr(f, "__doc__", None)
+    call.__wrapped__ = f
+    return call

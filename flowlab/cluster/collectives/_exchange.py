@@ -1,0 +1,366 @@
+"""One collective call on one rank: the messages it sends and receives, checked and timed.
+
+An :class:`Exchange` wraps a communicator for the length of one call. Algorithms call only
+``send(peer, arrays, step, chunk)``, ``recv(peer, step, chunk)`` and ``reduced(...)``; this
+module does the rest:
+
+- Every message carries the call's signature (op, sequence number, algorithm, reduction, shape,
+  dtype, root) plus its step, chunk and part. A received signature that differs from this rank's
+  own is a mismatch: the error shows both calls.
+- ``recv`` takes messages from any peer and keeps those from other peers (or for later calls) in
+  a per-peer stash, so each algorithm reads its peers in the order it wants.
+- The call has a deadline. When it passes, this rank tells every peer ("abort") and listens a
+  moment for the others' answers: ranks that answer are alive, and the ranks that someone was
+  waiting for and that never answered are the missing ones named in the error.
+- Any failure (deadline, lost peer, mismatch) is sent to every peer as an abort message, so
+  every rank stops waiting and raises an error naming the same op and sequence number.
+- A message from a call older than the current one is a leftover and is dropped: this rank took
+  everything it needed from that call (it finished it) or gave the call up (it failed), so the
+  group can go on with its next call. Ranks that disagree on the order of calls are still caught:
+  they disagree first on a call with the same sequence number, where the signatures differ.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import threading
+
+from ..events import default_log, now
+from .comm import PeerGone
+from .errors import (CollectiveError, CollectiveMismatchError, CollectiveTimeoutError, PeerLostError,
+                     describe_call)
+
+_DEFAULT_TIMEOUT = [60.0]
+_SIG_FIELDS = ("op", "seq", "alg", "reduce", "shape", "dtype", "root", "seg")
+
+
+def default_timeout() -> float:
+    """Seconds a collective may take when called without ``timeout`` (60 unless changed)."""
+    return _DEFAULT_TIMEOUT[0]
+
+
+def set_default_timeout(seconds: float) -> None:
+    """Change the deadline of collectives called without ``timeout`` (``math.inf``: none)."""
+    if not seconds > 0:
+        raise ValueError(f"a timeout must be positive, got {seconds!r}")
+    _DEFAULT_TIMEOUT[0] = float(seconds)
+
+
+def grace_for(timeout: float) -> float:
+    """How long a rank that timed out listens for the others' answers before naming the missing."""
+    return 2.0 if math.isinf(timeout) else min(2.0, max(0.3, 0.1 * timeout))
+
+
+class _CommState:
+    """What the collective layer keeps per communicator between calls."""
+
+    __slots__ = ("seq", "failed_seq", "stash", "aborts", "gone", "busy")
+
+    def __init__(self):
+        self.seq = 0                 # calls started on this communicator
+        self.failed_seq = 0          # the last call that failed here (its leftovers are dropped)
+        self.stash: dict = {}        # peer -> deque of (header, arrays) read early
+        self.aborts: dict = {}       # seq -> (src, abort info) for calls this rank has not reached
+        self.gone: dict = {}         # peer -> reason, for peers the transport reported gone
+        self.busy = threading.Lock()
+
+
+_states_lock = threading.Lock()
+
+
+def comm_state(comm) -> _CommState:
+    st = getattr(comm, "_flowlab_collectives", None)
+    if st is None:
+        with _states_lock:
+            st = getattr(comm, "_flowlab_collectives", None)
+            if st is None:
+                st = _CommState()
+                comm._flowlab_collectives = st
+    return st
+
+
+class Exchange:
+    """One collective call on one rank (a context manager: entering starts the call)."""
+
+    __slots__ = ("comm", "rank", "size", "sig", "seq", "name", "alg", "timeout", "deadline", "log",
+                 "st", "segment_bytes", "nbytes", "start")
+
+    def __init__(self, comm, op: str, alg: str, shape=None, dtype=None, reduce=None, root=None,
+                 timeout=None, segment_bytes=None, nbytes: int = 0):
+        self.comm, self.rank, self.size = comm, comm.rank, comm.size
+        self.name, self.alg = op, alg
+        self.timeout = default_timeout() if timeout is None else float(timeout)
+        if not self.timeout > 0:
+            raise ValueError(f"a timeout must be positive, got {timeout!r}")
+        log = getattr(comm, "events", None)
+        self.log = default_log() if log is None else log   # (an empty log is falsy: no `or` here)
+        self.st = comm_state(comm)
+        self.segment_bytes = segment_bytes
+        self.sig = {"op": op, "seq": 0, "alg": alg, "reduce": reduce,
+                    "shape": None if shape is None else [int(d) for d in shape],
+                    "dtype": None if dtype is None else str(dtype), "root": root, "seg": segment_bytes}
+        self.nbytes = nbytes
+
+    def __enter__(self):
+        st = self.st
+        if not st.busy.acquire(blocking=False):
+            raise RuntimeError(f"rank {self.rank}: another collective is running on this communicator "
+                               f"(in another thread); calls on one communicator must not overlap")
+        st.seq += 1
+        self.seq = self.sig["seq"] = st.seq
+        self.start = now()
+        self.deadline = self.start + self.timeout
+        pending = st.aborts.pop(self.seq, None)
+        for k in [k for k in st.aborts if k < self.seq]:
+            del st.aborts[k]
+        try:
+            if pending is not None:
+                self._on_abort(*pending)
+            if st.gone:   # every collective needs every rank: one that is gone fails them all
+                self._lost(PeerGone(st.gone, _reasons(st.gone)))
+        except BaseException:
+            st.busy.release()
+            raise
+        return self
+
+    def __exit__(self, kind, err, tb):
+        try:
+            if err is not None and not isinstance(err, CollectiveError):
+                self._fail_quietly()   # e.g. a KeyboardInterrupt: let the peers stop waiting too
+            flush = getattr(self.comm, "flush", None)
+            if err is None and flush is not None:
+                flush(self.deadline)
+        finally:
+            self.st.busy.release()
+            self.log.record("collective", self.name, self.start, now(), bytes=self.nbytes, rank=self.rank,
+                            seq=self.seq, alg=self.alg, ok=err is None)
+        return False
+
+    # -- what algorithms call --------------------------------------------------------------------
+    def send(self, peer: int, arrays, step: int, chunk=0, part: int = 0) -> None:
+        header = {"sig": self.sig, "step": step, "chunk": chunk, "part": part}
+        t0 = now()
+        try:
+            self.comm.send(peer, header, arrays)
+        except PeerGone as e:
+            self._lost(e)
+        self.log.record("send", self.name, t0, now(), bytes=sum(a.nbytes for a in arrays), rank=self.rank,
+                        peer=peer, step=step, chunk=chunk, part=part, seq=self.seq, alg=self.alg)
+
+    def recv(self, peer: int, step: int, chunk=0, part: int = 0) -> list:
+        """The next message of this call from ``peer`` (its arrays), checked against this call."""
+        t0 = now()
+        header, arrays = self._next_from(peer)
+        sig = header["sig"]
+        if sig is not self.sig and sig != self.sig:
+            self._mismatch(peer, sig)
+        if header["step"] != step or header["chunk"] != chunk or header["part"] != part:
+            self._mismatch(peer, sig, f"rank {self.rank} expected step {step} chunk {chunk} part {part}, "
+                                      f"rank {peer} sent step {header['step']} chunk {header['chunk']} "
+                                      f"part {header['part']}")
+        self.log.record("recv", self.name, t0, now(), bytes=sum(a.nbytes for a in arrays), rank=self.rank,
+                        peer=peer, step=step, chunk=chunk, part=part, seq=self.seq, alg=self.alg)
+        return arrays
+
+    def reduced(self, t0: float, nbytes: int, peer: int, step: int, chunk=0, part: int = 0) -> None:
+        """Record a reduction step that began at ``t0`` (``events.now()``)."""
+        self.log.record("reduce", self.name, t0, now(), bytes=nbytes, rank=self.rank, peer=peer, step=step,
+                        chunk=chunk, part=part, seq=self.seq, alg=self.alg)
+
+    # -- receiving ------------------------------------------------------------------------------
+    def _next_from(self, peer):
+        st = self.st
+        oldest = max(self.seq, st.failed_seq + 1)   # older ones are leftovers (module docstring)
+        q = st.stash.get(peer)
+        while q:
+            header, arrays = q.popleft()
+            if header["sig"]["seq"] >= oldest:
+                return header, arrays
+        comm, deadline = self.comm, self.deadline
+        while True:
+            if peer in st.gone:
+                self._lost(PeerGone(st.gone, _reasons(st.gone)))
+            left = deadline - now()
+            if left <= 0:
+                self._timed_out(peer)
+            try:
+                src, header, arrays = comm.recv(None if math.isinf(left) else left)
+            except TimeoutError:
+                self._timed_out(peer)
+            except PeerGone as e:
+                if self.rank in e.peers:
+                    self._lost(e)
+                for p in e.peers:      # keep waiting for ``peer``: if it needs the lost one, it tells us
+                    st.gone.setdefault(p, e.reason)
+                continue
+            abort = header.get("abort")
+            if abort is not None:
+                self._on_abort(src, abort, peer)
+                continue
+            if header["sig"]["seq"] < oldest:
+                continue   # a leftover: nobody will read it (see the module docstring)
+            if src == peer:
+                return header, arrays
+            st.stash.setdefault(src, collections.deque()).append((header, arrays))
+
+    # -- failing, on every rank -----------------------------------------------------------------
+    def _broadcast_abort(self, info: dict, skip=()) -> None:
+        """Tell every peer this call failed (best effort: a dead peer cannot hear it)."""
+        header = {"abort": info}
+        for peer in range(self.size):
+            if peer != self.rank and peer not in skip:
+                try:
+                    self.comm.send(peer, header, [])
+                except Exception:  # noqa: BLE001 - the peer may be the one that is gone
+                    pass
+
+    def _fail(self, err: CollectiveError, info: dict | None = None, skip=()):
+        self.st.failed_seq = max(self.st.failed_seq, self.seq)
+        if info is not None:
+            self._broadcast_abort({"seq": self.seq, "op": self.name, "from": self.rank, **info}, skip)
+        raise err
+
+    def _fail_quietly(self):
+        self.st.failed_seq = max(self.st.failed_seq, self.seq)
+        self._broadcast_abort({"seq": self.seq, "op": self.name, "from": self.rank, "kind": "interrupted",
+                               "message": f"rank {self.rank} was interrupted in {self._call()}"})
+
+    def _call(self) -> str:
+        return f"{self.name} #{self.seq}"
+
+    def _timed_out(self, peer):
+        self._gather_timeouts({peer})
+
+    def _gather_timeouts(self, waiting_for: set, first=None):
+        """Tell the peers this call timed out, listen a moment for their answers, and raise: a
+        mismatch if some rank answered from a different call (ranks waiting on each other in
+        different collectives), else a timeout naming the ranks waited for that never answered."""
+        alive, suspects, sigs = {self.rank}, set(waiting_for), {}
+        if first is not None:
+            alive.add(first[0])
+            suspects.update(first[1].get("waiting_for", ()))
+            sigs[first[0]] = first[1].get("sig")
+        self.st.failed_seq = max(self.st.failed_seq, self.seq)
+        self._broadcast_abort({"seq": self.seq, "op": self.name, "from": self.rank, "kind": "timeout",
+                               "waiting_for": sorted(waiting_for), "sig": self.sig})
+        end, gone = now() + grace_for(self.timeout), set()
+        while True:
+            left = end - now()
+            if left <= 0:
+                break
+            try:
+                src, header, arrays = self.comm.recv(left)
+            except TimeoutError:
+                break
+            except PeerGone as e:
+                gone.update(e.peers)
+                for p in e.peers:
+                    self.st.gone.setdefault(p, e.reason)
+                if self.rank in e.peers:
+                    break
+                continue
+            abort = header.get("abort")
+            if abort is None:
+                if header["sig"]["seq"] > self.seq:   # a later call's message: keep it for then
+                    self.st.stash.setdefault(src, collections.deque()).append((header, arrays))
+                continue
+            if abort["seq"] == self.seq:
+                alive.add(src)
+                suspects.update(abort.get("waiting_for", ()))
+                suspects.update(abort.get("missing", ()))
+                sigs.setdefault(src, abort.get("sig"))
+            elif abort["seq"] > self.seq:
+                self.st.aborts[abort["seq"]] = (src, abort)
+        for peer in sorted(sigs):
+            theirs = sigs[peer]
+            if theirs is not None and theirs != self.sig:
+                self._mismatch(peer, theirs, "the ranks waited for each other until the deadline", tell=False)
+        missing = sorted((suspects | gone) - alive)
+        head = f"{self._call()} ({self.alg}) on rank {self.rank} timed out after {self.timeout:g} s: "
+        if missing:
+            who = ", ".join(map(str, missing))
+            text = (f"no word from rank{'s' if len(missing) != 1 else ''} {who} (dead, stopped, or not "
+                    f"calling {self.name}); ranks that answered: {sorted(alive)}")
+        else:
+            missing = sorted(waiting_for)
+            text = (f"every rank answered ({sorted(alive)}) but the call did not finish: too slow for "
+                    f"the deadline, or messages were lost")
+        raise CollectiveTimeoutError(head + text, self.name, self.seq, self.rank, missing, self.timeout)
+
+    def _lost(self, e: PeerGone):
+        if self.rank in e.peers:
+            self.st.failed_seq = max(self.st.failed_seq, self.seq)
+            raise PeerLostError(f"{self._call()} ({self.alg}) on rank {self.rank} failed: this rank is "
+                                f"{e.reason}", self.name, self.seq, self.rank, e.peers) from None
+        who = ", ".join(map(str, e.peers))
+        err = PeerLostError(f"{self._call()} ({self.alg}) on rank {self.rank} failed: rank"
+                            f"{'s' if len(e.peers) != 1 else ''} {who} {e.reason}",
+                            self.name, self.seq, self.rank, e.peers)
+        self._fail(err, {"kind": "lost", "missing": e.peers, "reason": e.reason}, skip=e.peers)
+
+    def _mismatch(self, peer, theirs, detail=None, tell=True):
+        mine = self.sig
+        diff = [f"{k}: {mine.get(k)!r} on rank {self.rank}, {theirs.get(k)!r} on rank {peer}"
+                for k in _SIG_FIELDS if mine.get(k) != theirs.get(k)]
+        if detail:
+            diff.append(detail)
+        text = _mismatch_text(self.rank, mine, peer, theirs, diff)
+        err = CollectiveMismatchError(text, self.name, self.seq, self.rank, peer, dict(mine), dict(theirs))
+        self._fail(err, {"kind": "mismatch", "peer": peer, "mine": dict(mine), "theirs": dict(theirs),
+                         "diff": diff} if tell else None)
+
+    def _on_abort(self, src: int, info: dict, waiting: int | None = None):
+        """A peer says a call failed: raise the matching error here (or keep it for a later call)."""
+        st, seq = self.st, info["seq"]
+        if seq <= st.failed_seq:
+            return                                   # old news: that call already failed here
+        if seq > self.seq:
+            st.aborts[seq] = (src, info)             # a rank ahead of us failed in a later call
+            return
+        kind, here = info.get("kind"), f"{self._call()} on rank {self.rank}"
+        where = "" if seq == self.seq else f" (in its {info.get('op')} #{seq}, which this rank had finished)"
+        if kind == "timeout":
+            if seq == self.seq:
+                self._gather_timeouts(set() if waiting is None else {waiting}, first=(src, info))
+            # a call this rank had finished: answer "alive" to the ranks collecting answers for it,
+            # then fail this call too (the group is broken: its peers may be waiting on this rank)
+            self._broadcast_abort({"seq": seq, "op": info.get("op"), "from": self.rank, "kind": "timeout",
+                                   "waiting_for": []})
+            blamed = info.get("waiting_for", [])
+            err = CollectiveTimeoutError(f"{here} failed: rank {src} timed out{where} waiting for rank(s) "
+                                         f"{blamed}", self.name, self.seq, self.rank, blamed, self.timeout)
+            self._fail(err, {"kind": "timeout", "waiting_for": blamed})
+        if kind == "lost":
+            missing = info.get("missing", ())
+            for p in missing:
+                st.gone.setdefault(p, info.get("reason", "gone"))
+            who = ", ".join(map(str, missing))
+            err = PeerLostError(f"{here} failed: rank{'s' if len(missing) != 1 else ''} {who} "
+                                f"{info.get('reason', 'gone')} (reported by rank {src}{where})",
+                                self.name, self.seq, self.rank, missing)
+        elif kind == "mismatch":
+            det, peer = info["from"], info["peer"]
+            text = _mismatch_text(det, info["mine"], peer, info["theirs"], info.get("diff", []))
+            err = CollectiveMismatchError(f"{here} failed: {text}\n  (detected by rank {det}{where}; "
+                                          f"this rank called {describe_call(self.sig)})",
+                                          self.name, self.seq, self.rank, peer, info["mine"], info["theirs"])
+        else:
+            err = CollectiveError(f"{here} failed: {info.get('message', f'rank {src} gave up')}",
+                                  self.name, self.seq, self.rank, (src,))
+        self._fail(err)
+
+
+def _reasons(gone: dict) -> str:
+    reasons = sorted(set(gone.values()))
+    return reasons[0] if len(reasons) == 1 else "gone (" + "; ".join(reasons) + ")"
+
+
+def _mismatch_text(rank, mine, peer, theirs, diff) -> str:
+    lines = [f"ranks {rank} and {peer} called different collectives:",
+             f"  rank {rank} called {describe_call(mine)}",
+             f"  rank {peer} called {describe_call(theirs)}"]
+    if mine.get("seq") != theirs.get("seq"):
+        lines.append(f"  (rank {peer} is at its collective #{theirs.get('seq')}, rank {rank} at #{mine.get('seq')}: "
+                     f"one of them skipped or added a call)")
+    lines += [f"  differs: {d}" for d in diff if not d.startswith("seq:")]
+    return "\n".join(lines)

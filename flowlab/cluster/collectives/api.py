@@ -1,0 +1,291 @@
+"""The collectives a learner calls: ``allreduce``, ``broadcast``, ``allgather``, ``reduce_scatter``
+and ``barrier``. Every rank of a group calls the same one, in the same order, with a tensor of
+the same shape and dtype; each call returns on every rank.
+
+Arguments common to all of them:
+
+- ``algorithm``: ``"ring"`` (bandwidth-optimal, the default), ``"tree"`` (recursive halving and
+  doubling: fewer steps, better for small tensors), ``"naive"`` (everything through rank 0, as a
+  parameter server does), or ``"native"`` (the transport's own collectives, e.g. MPI's).
+- ``comm``: the communicator; by default the current one (see :func:`.comm.current`): a
+  ``LocalGroup`` rank inside ``LocalGroup.run``, MPI's world under ``mpiexec``, else a group of one.
+- ``timeout``: seconds before the call gives up (default 60, see ``set_default_timeout``). A call
+  never waits longer: a dead or silent rank makes every rank raise an error that names it.
+
+Inputs may be flowlab Tensors (or Variables), numpy arrays, numpy scalars, Python numbers or
+nested lists, of any flowlab dtype. The result has the caller's type: a Tensor for a Tensor
+(on the same device), a numpy array for an array or a list, a scalar for a scalar (but a numpy
+array when the result has dimensions the input had not: allgather of scalars). The input is
+never modified. ``allreduce``, ``allgather``, ``reduce_scatter`` and ``broadcast`` of Tensors are
+differentiable: inside a ``GradientTape``, the gradient of an allreduce is an allreduce of the
+gradients (every rank must then compute gradients through the same collectives).
+
+>>> from flowlab.cluster.collectives import LocalGroup, allreduce, allgather
+>>> with LocalGroup(4) as group:
+...     sums = group.run(lambda comm: allreduce([1.0, comm.rank], op="sum"))
+...     gathered = group.run(lambda comm: allgather(comm.rank * 10))
+>>> sums[0].tolist(), gathered[2].tolist()
+([4.0, 6.0], [0, 10, 20, 30])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from flowlab.core import ops as _ops
+from flowlab.core.dtypes import as_dtype
+from flowlab.core.tensor import Tensor
+
+from . import _autodiff, naive, ring, tree
+from ._exchange import Exchange
+from .comm import Communicator, current
+from .reductions import finish, ufunc_for
+
+__all__ = ["allreduce", "broadcast", "allgather", "reduce_scatter", "barrier", "ALGORITHMS"]
+
+ALGORITHMS = {"ring": ring, "tree": tree, "naive": naive}
+
+
+# -- the five collectives ------------------------------------------------------------------------
+def allreduce(x, op: str = "sum", algorithm: str = "ring", comm: Communicator | None = None,
+              timeout: float | None = None):
+    """Combine ``x`` from every rank with ``op`` (``"sum"``, ``"mean"``, ``"max"``, ``"min"``,
+    ``"prod"``); every rank gets the same result, shaped like ``x``."""
+    comm = current() if comm is None else comm
+    arr, wrap = _prepare(x, "allreduce")
+    ufunc = ufunc_for(op, arr.dtype)
+    n = comm.size
+    if n > 1:
+        impl = _impl(algorithm, comm)
+        src, buf = _source_and_buffer(arr)
+        with _exchange(comm, "allreduce", algorithm, arr, reduce=op, timeout=timeout) as ex:
+            impl.allreduce(ex, buf, _even_bounds(buf.size, n), ufunc, src)
+    else:
+        buf = _flat_copy(arr)
+    finish(op, buf, n)
+    out = wrap(buf.reshape(arr.shape))
+    if isinstance(x, Tensor) and _autodiff.recording():
+        _autodiff.record("allreduce", x, out, _allreduce_grad(x, out, op, algorithm, comm, timeout))
+    return out
+
+
+def broadcast(x, root: int = 0, algorithm: str = "ring", comm: Communicator | None = None,
+              timeout: float | None = None):
+    """Rank ``root``'s ``x`` on every rank. Every rank passes a tensor of the same shape and dtype
+    (the others' values are not used)."""
+    comm = current() if comm is None else comm
+    arr, wrap = _prepare(x, "broadcast")
+    n = comm.size
+    if not (isinstance(root, (int, np.integer)) and 0 <= root < n):
+        raise ValueError(f"broadcast: root must be a rank in 0..{n - 1}, got {root!r}")
+    root = int(root)
+    buf = _flat_copy(arr)
+    if n > 1:
+        impl = _impl(algorithm, comm)
+        with _exchange(comm, "broadcast", algorithm, arr, root=root, timeout=timeout) as ex:
+            impl.broadcast(ex, buf, root)
+    out = wrap(buf.reshape(arr.shape))
+    if isinstance(x, Tensor) and _autodiff.recording():
+        def grad(g):
+            total = allreduce(g, "sum", algorithm, comm, timeout)   # every rank takes part
+            return total if comm.rank == root else _ops.zeros_like(total)
+        _autodiff.record("broadcast", x, out, grad)
+    return out
+
+
+def allgather(x, algorithm: str = "ring", comm: Communicator | None = None, timeout: float | None = None):
+    """Every rank's ``x``, concatenated along the first axis in rank order: shape ``(N * d0, ...)``
+    for inputs of shape ``(d0, ...)`` (a scalar input gives a vector of N). All ranks pass the
+    same shape."""
+    comm = current() if comm is None else comm
+    arr, wrap = _prepare(x, "allgather")
+    out = _allgather(arr, [arr.shape[0] if arr.ndim else 1] * comm.size, algorithm, comm, timeout, arr.shape)
+    out = wrap(out)
+    if isinstance(x, Tensor) and _autodiff.recording():
+        def grad(g):
+            block = reduce_scatter(g, "sum", algorithm, comm, timeout)
+            return _ops.reshape(block, arr.shape) if arr.ndim == 0 else block
+        _autodiff.record("allgather", x, out, grad)
+    return out
+
+
+def reduce_scatter(x, op: str = "sum", algorithm: str = "ring", comm: Communicator | None = None,
+                   timeout: float | None = None):
+    """Combine ``x`` from every rank with ``op``, then give each rank its share of the first axis:
+    rank r gets rows ``r`` of ``numpy.array_split(result, N)`` (when N does not divide the rows,
+    the first ``rows % N`` ranks get one row more)."""
+    comm = current() if comm is None else comm
+    arr, wrap = _prepare(x, "reduce_scatter")
+    if arr.ndim == 0:
+        raise ValueError("reduce_scatter splits the first axis: it needs a tensor with at least one "
+                         "dimension, got a scalar")
+    ufunc = ufunc_for(op, arr.dtype)
+    n, r = comm.size, comm.rank
+    rows = _even_bounds(arr.shape[0], n)
+    row_size = int(np.prod(arr.shape[1:], dtype=np.int64))
+    bounds = [b * row_size for b in rows]
+    if n > 1:
+        impl = _impl(algorithm, comm)
+        src, buf = _source_and_buffer(arr)
+        with _exchange(comm, "reduce_scatter", algorithm, arr, reduce=op, timeout=timeout) as ex:
+            impl.reduce_scatter(ex, buf, bounds, ufunc, src)
+    else:
+        buf = _flat_copy(arr)
+    block = buf[bounds[r]:bounds[r + 1]].copy()
+    finish(op, block, n)
+    out = wrap(block.reshape((rows[r + 1] - rows[r],) + arr.shape[1:]))
+    if isinstance(x, Tensor) and _autodiff.recording():
+        counts = [rows[i + 1] - rows[i] for i in range(n)]
+
+        def grad(g):
+            if op not in ("sum", "mean"):
+                raise NotImplementedError(f"reduce_scatter(op={op!r}) has no gradient in flowlab; sum and "
+                                          f"mean have one")
+            whole = _allgather(_prepare(g, "reduce_scatter gradient")[0], counts, algorithm, comm, timeout,
+                               arr.shape, "reduce_scatter_grad")
+            if op == "mean":
+                whole = whole / whole.dtype.type(n)
+            return Tensor(whole, g._device)
+        _autodiff.record("reduce_scatter", x, out, grad)
+    return out
+
+
+def barrier(algorithm: str = "ring", comm: Communicator | None = None, timeout: float | None = None) -> None:
+    """Return on each rank only once every rank has called ``barrier``."""
+    comm = current() if comm is None else comm
+    if comm.size == 1:
+        return
+    impl = _impl(algorithm, comm)
+    with _exchange(comm, "barrier", algorithm, None, timeout=timeout) as ex:
+        if algorithm == "native":
+            impl.barrier(ex)
+        else:
+            impl.allreduce(ex, np.zeros(0, np.int8), [0] * (comm.size + 1), np.add)
+
+
+# -- shared machinery ------------------------------------------------------------------------------
+def _allgather(arr, rows_per_rank, algorithm, comm, timeout, sig_shape, name="allgather"):
+    """Concatenate ``arr`` (rank r's share: ``rows_per_rank[r]`` rows) from every rank along axis 0."""
+    n, r = comm.size, comm.rank
+    inner = arr.shape[1:] if arr.ndim else ()
+    row_size = int(np.prod(inner, dtype=np.int64))
+    bounds = [0]
+    for k in rows_per_rank:
+        bounds.append(bounds[-1] + k * row_size)
+    buf = np.empty(bounds[-1], arr.dtype)
+    buf[bounds[r]:bounds[r + 1]] = arr.reshape(-1)
+    if n > 1:
+        impl = _impl(algorithm, comm)
+        with _exchange(comm, name, algorithm, arr, timeout=timeout, shape=sig_shape) as ex:
+            impl.allgather(ex, buf, bounds)
+    return buf.reshape((sum(rows_per_rank),) + tuple(inner))
+
+
+def _exchange(comm, op, algorithm, arr, reduce=None, root=None, timeout=None, shape=None):
+    return Exchange(comm, op, algorithm, shape=shape if shape is not None else (None if arr is None else arr.shape),
+                    dtype=None if arr is None else arr.dtype.name, reduce=reduce, root=root, timeout=timeout,
+                    segment_bytes=getattr(comm, "segment_bytes", None), nbytes=0 if arr is None else arr.nbytes)
+
+
+def _impl(algorithm, comm):
+    if algorithm == "native":
+        native = getattr(comm, "native", None)
+        if native is None:
+            raise ValueError(f"algorithm='native' needs a transport with collectives of its own (MPI); "
+                             f"{type(comm).__name__} has none: use 'ring', 'tree' or 'naive'")
+        return native
+    try:
+        return ALGORITHMS[algorithm]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown algorithm {algorithm!r}; use one of "
+                         f"{', '.join([*ALGORITHMS, 'native'])}") from None
+
+
+def _prepare(x, what):
+    """(a numpy array of ``x``, a function that wraps a result array in the caller's type)."""
+    if isinstance(x, Tensor):
+        if getattr(x, "_value", None) is None or _autodiff.in_graph():
+            raise TypeError(f"{what} runs eagerly: call it outside @fl.function tracing (got the symbolic "
+                            f"tensor {x!r})")
+        arr = np.asarray(x)
+        return arr, lambda a: _wrap_tensor(x, a)
+    if isinstance(x, np.ndarray):
+        arr, wrap = x, _same
+    elif isinstance(x, np.generic):
+        arr, wrap = np.asarray(x), _scalar
+    elif isinstance(x, (bool, int, float)):
+        arr, wrap = np.asarray(x), _python
+    else:
+        try:
+            arr = np.asarray(x)
+        except Exception as e:  # noqa: BLE001 - ragged lists and the like
+            raise TypeError(f"{what}: cannot make an array of {type(x).__name__}: {e}") from None
+        wrap = _same
+    try:
+        dtype = as_dtype(arr.dtype).as_numpy_dtype
+    except TypeError as e:
+        raise TypeError(f"{what}: {e}") from None
+    if arr.dtype != dtype:      # e.g. big-endian input
+        arr = arr.astype(dtype)
+    return arr, wrap
+
+
+def _same(a):
+    return a
+
+
+def _scalar(a):
+    return a[()] if a.ndim == 0 else a     # allgather of scalars gives a vector
+
+
+def _python(a):
+    return a.item() if a.ndim == 0 else a
+
+
+def _wrap_tensor(like, a):
+    value = like._value
+    if type(value) is not np.ndarray and not isinstance(value, np.generic):   # a GPU tensor
+        from flowlab.core.backends import backend_for_device
+        a = backend_for_device(like._device).asarray(a, a.dtype)
+    return Tensor(a, like._device)
+
+
+def _flat_copy(arr) -> np.ndarray:
+    """A C-contiguous 1-d copy: the buffer a collective works in (the caller's array stays as it is)."""
+    return np.array(arr, copy=True, order="C").reshape(-1)
+
+
+def _source_and_buffer(arr):
+    """(src, buf): this rank's values as a flat C-contiguous array that is only read, and the
+    result buffer. For a contiguous input, src is a view of it and buf is new (not filled: the
+    algorithms write every element of it); otherwise both are one private copy."""
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    if np.may_share_memory(flat, arr):
+        return flat, np.empty_like(flat)
+    return flat, flat
+
+
+def _even_bounds(total: int, n: int) -> list:
+    """Offsets cutting ``total`` into ``n`` parts as ``numpy.array_split`` does (first ones longer)."""
+    base, extra = divmod(total, n)
+    out, at = [0], 0
+    for i in range(n):
+        at += base + (i < extra)
+        out.append(at)
+    return out
+
+
+def _allreduce_grad(x, y, op, algorithm, comm, timeout):
+    if op in ("sum", "mean"):
+        return lambda g: allreduce(g, op, algorithm, comm, timeout)
+    if op in ("max", "min"):
+        # the ranks whose value was the extreme share the gradient (ties split it evenly)
+        def grad(g):
+            hit = _ops.cast(_ops.equal(x, y), g.dtype)
+            count = allreduce(hit, "sum", algorithm, comm, timeout)
+            return allreduce(g, "sum", algorithm, comm, timeout) * hit / count
+        return grad
+
+    def no_grad(g):
+        raise NotImplementedError(f"allreduce(op={op!r}) has no gradient in flowlab; sum, mean, max and "
+                                  f"min have one")
+    return no_grad

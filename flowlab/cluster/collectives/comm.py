@@ -1,0 +1,152 @@
+"""The point-to-point contract every collective algorithm is written against.
+
+A :class:`Communicator` is one rank's connection to a group of ``size`` ranks. It moves messages,
+each a small header (a JSON-safe dict) plus a list of numpy arrays, and nothing else: ring, tree
+and naive collectives, sequence numbers, mismatch checks and deadlines all live above it. Three
+transports implement it: :class:`~.local.LocalGroup` (threads in one process, for fast tests),
+:class:`~.mpi.MPICommunicator` (mpi4py, under ``mpiexec``) and the cluster's ZeroMQ transport.
+
+The contract, exactly::
+
+    rank: int        # this rank, 0 <= rank < size (fixed for the communicator's life)
+    size: int        # ranks in the group
+    send(peer: int, header: dict, arrays: Sequence[np.ndarray]) -> None
+    recv(timeout: float | None) -> tuple[int, dict, list[np.ndarray]]   # (source, header, arrays)
+    close() -> None  # optional; the base class's does nothing
+
+1. Order: messages from one sender to one receiver arrive in the order they were sent. Nothing
+   is promised between different senders; ``recv`` returns whichever message is next.
+2. ``send`` never waits for the receiver to call ``recv`` (it may wait briefly for buffer space).
+   When it returns, the caller may overwrite ``arrays``: the transport has copied them or is done
+   with them (a zero-copy socket send must therefore copy first, or wait until the bytes left).
+   Sending to yourself is never done.
+3. Arrays arrive with their dtype and shape (any dtype flowlab has: bool, int8-64, uint8,
+   float16-64), C-contiguous, and never change afterwards (not shared with a sender that may
+   write to its buffers). They may be read-only views of the transport's own receive buffers:
+   the collective layer only reads them and lets go of them once used. Sent arrays are
+   C-contiguous; a message may carry zero arrays, and arrays may be empty.
+4. Headers hold str, int, float, bool, None and lists/dicts of those (never tuples), and arrive
+   equal (``==``) to what was sent; the receiver does not modify them (a transport in one process
+   may hand over the very same dict). Transports never interpret headers.
+5. ``recv(timeout)`` raises ``TimeoutError`` when no message arrives within ``timeout`` seconds
+   (``None``: wait without limit). When the transport learns that peers are gone (process
+   exited, heartbeats stopped), it raises :class:`PeerGone` naming them, once, after delivering
+   the messages they had sent; later calls go on delivering the others' messages. When this
+   rank itself can no longer communicate (communicator closed, rank killed), every call raises
+   ``PeerGone`` naming this rank. Sends to a gone peer are dropped silently.
+6. One thread uses a communicator at a time (the collective layer enforces this).
+
+Optional: ``flush(deadline)``, called as each collective ends, to wait (until ``deadline``, a
+``time.perf_counter()`` value) for this rank's sends to leave, for transports whose messages move
+only while the sender is inside the library (MPI); an attribute ``native`` with the transport's own collectives (MPI's), used by
+``algorithm="native"``; ``events`` (an :class:`~flowlab.cluster.events.EventLog`) where this
+rank's collective events go instead of the process's default log; ``segment_bytes``, the size
+that large messages are cut into for pipelining.
+
+Which communicator a collective uses when none is passed: the one made current in this thread
+by :func:`use` (``LocalGroup.run`` does this), else the process default set by
+:func:`set_default` (a cluster worker sets it), else MPI's world when this process was started
+by ``mpiexec`` with more than one rank, else a group of one (this process alone).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["Communicator", "PeerGone", "SelfCommunicator", "current", "use", "set_default"]
+
+
+class PeerGone(ConnectionError):
+    """Raised by a transport's ``recv`` when ``peers`` are known to be gone; ``reason`` says how."""
+
+    def __init__(self, peers, reason: str = "gone"):
+        self.peers = sorted(set(peers))
+        self.reason = reason
+        super().__init__(f"rank{'s' if len(self.peers) != 1 else ''} "
+                         f"{', '.join(map(str, self.peers))} {reason}")
+
+
+class Communicator:
+    """Base class of transports (see the module docstring for the contract)."""
+
+    rank: int = 0
+    size: int = 1
+
+    def send(self, peer: int, header: dict, arrays: Sequence[np.ndarray]) -> None:
+        raise NotImplementedError
+
+    def recv(self, timeout: float | None) -> tuple[int, dict, list]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __repr__(self):
+        return f"<{type(self).__name__} rank {self.rank} of {self.size}>"
+
+
+class SelfCommunicator(Communicator):
+    """A group of one: every collective returns its input (as a new array). Nothing is sent."""
+
+    rank, size = 0, 1
+
+    def send(self, peer, header, arrays):
+        raise ValueError(f"a group of one has no peer {peer}")
+
+    def recv(self, timeout):
+        raise ValueError("a group of one has nobody to receive from")
+
+
+# -- which communicator a call uses -------------------------------------------------------------
+_local = threading.local()
+_default: Communicator | None = None
+_default_lock = threading.Lock()
+_MPI_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
+
+
+@contextlib.contextmanager
+def use(comm: Communicator):
+    """Make ``comm`` the current communicator of this thread inside the block."""
+    stack = _local.__dict__.setdefault("stack", [])
+    stack.append(comm)
+    try:
+        yield comm
+    finally:
+        stack.pop()
+
+
+def set_default(comm: Communicator | None) -> None:
+    """Set (or with None, forget) the process's default communicator, for threads without :func:`use`."""
+    global _default
+    with _default_lock:
+        _default = comm
+
+
+def current() -> Communicator:
+    """The communicator a collective uses when it is given none (see the module docstring)."""
+    stack = getattr(_local, "stack", None)
+    if stack:
+        return stack[-1]
+    global _default
+    if _default is not None:
+        return _default
+    with _default_lock:
+        if _default is None:
+            _default = _world()
+        return _default
+
+
+def _world() -> Communicator:
+    """MPI's world if ``mpiexec`` started this process with several ranks, else a group of one."""
+    forced = os.environ.get("FLOWLAB_COMM", "").lower()
+    if forced == "self":
+        return SelfCommunicator()
+    sizes = [os.environ.get(v) for v in _MPI_SIZE_VARS]
+    if forced == "mpi" or any(s and s.isdigit() and int(s) > 1 for s in sizes):
+        from .mpi import MPICommunicator
+        return MPICommunicator()
+    return SelfCommunicator()
