@@ -9,6 +9,7 @@ _HOME = {
     "Checkpoint": "flowlab.nn.checkpoint",
     "CheckpointManager": "flowlab.nn.checkpoint",
     "latest_checkpoint": "flowlab.nn.checkpoint",
+    "list_variables": "flowlab.nn.checkpoint",
     "ClusterSpec": "flowlab.cluster",
     "Server": "flowlab.cluster",
 }

@@ -1,5 +1,7 @@
-"""Neural-network building blocks: activation and loss ops (``fl.nn.relu``), optimizers."""
+"""Neural-network building blocks: activation, loss, convolution and pooling ops (``fl.nn.relu``,
+``fl.nn.conv2d``), optimizers, checkpoints (``flowlab.nn.checkpoint``) and Keras (``fl.keras``,
+imported on first use)."""
 from ..core.ops.math_ops import relu, sigmoid, tanh  # noqa: F401
-from ..core.ops.nn_ops import (log_softmax, softmax, softmax_cross_entropy_with_logits,  # noqa: F401
-                               sparse_softmax_cross_entropy_with_logits)
+from ..core.ops.nn_ops import (conv2d, dropout, log_softmax, max_pool2d, softmax,  # noqa: F401
+                               softmax_cross_entropy_with_logits, sparse_softmax_cross_entropy_with_logits)
 from . import optimizers  # noqa: F401

@@ -1,6 +1,6 @@
-"""Optimizers: SGD (with momentum), Adam and Adadelta, with ``apply_gradients`` and ``minimize``.
+"""Optimizers: SGD (with momentum), Adam, Adadelta and RMSprop, with ``apply_gradients`` and ``minimize``.
 
-Each optimizer's update rule is one pure function over arrays (``_sgd``, ``_adam``, ``_adadelta``)
+Each optimizer's update rule is one pure function over arrays (``_sgd``, ``_adam``, ``_adadelta``...)
 that returns the new value and new slots; the classes only keep state. Updates replace a
 variable's array rather than writing into it, so tensors read earlier never change.
 """
@@ -18,7 +18,7 @@ from ..core.execute import defop, execute
 from ..core.tape import GradientTape
 from ..core.tensor import Tensor, Variable, convert_to_tensor
 
-__all__ = ["Optimizer", "SGD", "Adam", "Adadelta"]
+__all__ = ["Optimizer", "SGD", "Adam", "Adadelta", "RMSprop", "get"]
 
 
 class Optimizer:
@@ -27,17 +27,42 @@ class Optimizer:
     _slot_names: tuple = ()
 
     def __init__(self, learning_rate, name):
-        self.learning_rate = learning_rate
         self.name = name
         self.iterations = Variable(0, dtype=dtypes.int64, trainable=False, name=f"{name}/iterations")
+        self._lr_variable = None
+        self._schedule = None
+        self.learning_rate = learning_rate
         self._slots: dict[int, dict] = {}
         self._slot_vars: dict[int, Variable] = {}
 
+    @property
+    def learning_rate(self):
+        """The learning rate: a float64 Variable, read each time an update runs, so assigning to it
+        (``opt.learning_rate = 0.01``, or ``.assign``) takes effect at once, also inside a traced
+        ``@fl.function`` (nothing is retraced); or the schedule, a function of the step, if one was given."""
+        return self._schedule if self._schedule is not None else self._lr_variable
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+        if callable(value) and not isinstance(value, Tensor):
+            self._schedule = value
+            return
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"{self.name}: learning_rate must be a number or a function of the step, "
+                            f"got {type(value).__name__}") from None
+        self._schedule = None
+        if self._lr_variable is None:
+            self._lr_variable = Variable(number, dtype=dtypes.float64, trainable=False,
+                                         name=f"{self.name}/learning_rate")
+        else:
+            self._lr_variable.assign(number)
+
     def _lr(self, step):
-        lr = self.learning_rate
-        if callable(lr) and not isinstance(lr, Tensor):
-            lr = lr(step)
-        return float(lr)
+        if self._schedule is not None:
+            return float(self._schedule(step))
+        return float(self._lr_variable._value)
 
     def apply_gradients(self, grads_and_vars):
         """Apply one step: ``grads_and_vars`` is an iterable of (gradient, variable). Pairs whose
@@ -65,18 +90,21 @@ class Optimizer:
         return self.iterations
 
     def _apply_one(self, v, garr, lr, step):
-        if garr.shape != v._value.shape:
+        # NOTE: this runs once per variable per training step (also as a graph node): keep it lean
+        value = v._value
+        if garr.shape != value.shape:
             raise InvalidArgumentError(
                 f"{self.name}.apply_gradients: gradient of shape {garr.shape} does not match variable "
-                f"{v.name!r} of shape {v._value.shape}\n  at {source_line()}", op="apply_gradients")
-        if garr.dtype != v._value.dtype:
-            garr = garr.astype(v._value.dtype)
+                f"{v.name!r} of shape {value.shape}\n  at {source_line()}", op="apply_gradients")
+        if garr.dtype is not value.dtype and garr.dtype != value.dtype:
+            garr = garr.astype(value.dtype)
         slots = self._slots.get(id(v))
         if slots is None:
-            slots = self._slots[id(v)] = {s: np.zeros_like(v._value) for s in self._slot_names}
+            slots = self._slots[id(v)] = {s: np.zeros_like(value) for s in self._slot_names}
             self._slot_vars[id(v)] = v
-        v._value, new_slots = self._update(v._value, garr, slots, lr, step)
-        slots.update(new_slots)
+        v._value, new_slots = self._update(value, garr, slots, lr, step)
+        if new_slots:
+            slots.update(new_slots)
         return v._value
 
     def minimize(self, loss, var_list, tape=None):
@@ -112,8 +140,36 @@ class Optimizer:
                        for s in self._slot_names)
         return out
 
+    # -- what a checkpoint saves (flowlab.nn.checkpoint) -----------------------------------------
+    def _checkpoint_children(self) -> dict:
+        """The optimizer's own variables, by name; slots are saved per variable (``_slot_items``)."""
+        children = {"iterations": self.iterations}
+        if self._lr_variable is not None and self._schedule is None:
+            children["learning_rate"] = self._lr_variable
+        return children
+
+    def _slot_items(self):
+        """(variable, slot name, array) for every slot made so far."""
+        return [(self._slot_vars[key], name, value) for key, slots in self._slots.items()
+                for name, value in slots.items()]
+
+    def _restore_slot(self, var, slot_name, value):
+        """Set ``var``'s slot ``slot_name`` (made now if no step has run yet) to a copy of ``value``."""
+        if slot_name not in self._slot_names:
+            raise KeyError(f"{self.name} has slots {list(self._slot_names)}, not {slot_name!r}")
+        want = tuple(var._value.shape)
+        if tuple(value.shape) != want:
+            raise ValueError(f"{self.name}: slot {slot_name!r} of {var.name!r} has shape {want}, "
+                             f"the saved value {tuple(value.shape)}")
+        slots = self._slots.get(id(var))
+        if slots is None:
+            slots = self._slots[id(var)] = {s: np.zeros_like(var._value) for s in self._slot_names}
+            self._slot_vars[id(var)] = var
+        slots[slot_name] = np.array(value, dtype=var._value.dtype)
+
     def get_config(self) -> dict:
-        return {"name": self.name, "learning_rate": self.learning_rate}
+        lr = self._schedule if self._schedule is not None else float(self._lr_variable._value)
+        return {"name": self.name, "learning_rate": lr}
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k != "name")
@@ -123,10 +179,17 @@ class Optimizer:
 # -- update rules: (value, grad, slots, lr, step) -> (new value, new slots) -------------------
 # NOTE: ``np.subtract(value, step, out=step)`` writes into the temporary ``step`` (never into
 # ``value``, which tensors may share): one allocation per update instead of two.
+_NO_SLOTS: dict = {}
+
+
 def _sgd(value, grad, slots, lr, momentum, nesterov):
     if not momentum:
-        step = np.asarray(lr * grad)   # asarray: a 0-d result comes back as a numpy scalar
-        return np.subtract(value, step, out=step), {}
+        step = grad * lr
+        if step.__class__ is not np.ndarray:   # a 0-d input gives a numpy scalar (or a cupy array)
+            step = np.asarray(step) if isinstance(step, np.generic) else step
+        if step.__class__ is np.ndarray:
+            return np.subtract(value, step, out=step), _NO_SLOTS
+        return value - step, _NO_SLOTS
     velocity = momentum * slots["momentum"] - lr * grad
     if nesterov:
         return value + momentum * velocity - lr * grad, {"momentum": velocity}
@@ -152,10 +215,20 @@ def _adadelta(value, grad, slots, lr, rho, epsilon):
     return value - lr * delta, {"accum_grad": accum_grad, "accum_var": accum_var}
 
 
+def _rmsprop(value, grad, slots, lr, rho, momentum, epsilon):
+    rms = rho * slots["rms"] + (1 - rho) * (grad * grad)
+    step = lr * grad / (np.sqrt(rms) + epsilon)
+    if not momentum:
+        return value - step, {"rms": rms}
+    velocity = momentum * slots["momentum"] + step
+    return value - velocity, {"rms": rms, "momentum": velocity}
+
+
 # -- the graph form of apply_gradients: one node per variable, then one that counts the step ----
 def _update_kernel(grad, *, optimizer, variable):
-    step = int(optimizer.iterations._value) + 1
-    return optimizer._apply_one(variable, grad, optimizer._lr(step - 1), step)
+    done = int(optimizer.iterations._value)
+    lr = float(optimizer._lr_variable._value) if optimizer._schedule is None else float(optimizer._schedule(done))
+    return optimizer._apply_one(variable, grad, lr, done + 1)
 
 
 def _update_rule(grad, *, optimizer, variable):
@@ -227,3 +300,32 @@ class Adadelta(Optimizer):
 
     def get_config(self):
         return {**super().get_config(), "rho": self.rho, "epsilon": self.epsilon}
+
+
+class RMSprop(Optimizer):
+    """RMSprop: divides each step by a running root-mean-square of recent gradients (Keras's default)."""
+
+    def __init__(self, learning_rate=0.001, rho=0.9, momentum=0.0, epsilon=1e-7, name="RMSprop"):
+        if not 0 <= momentum <= 1:
+            raise ValueError(f"RMSprop: momentum must be in [0, 1], got {momentum}")
+        super().__init__(learning_rate, name)
+        self.rho, self.momentum, self.epsilon = float(rho), float(momentum), float(epsilon)
+        self._slot_names = ("rms", "momentum") if self.momentum else ("rms",)
+
+    def _update(self, value, grad, slots, lr, step):
+        return _rmsprop(value, grad, slots, lr, self.rho, self.momentum, self.epsilon)
+
+    def get_config(self):
+        return {**super().get_config(), "rho": self.rho, "momentum": self.momentum, "epsilon": self.epsilon}
+
+
+_BY_NAME = {"sgd": SGD, "adam": Adam, "adadelta": Adadelta, "rmsprop": RMSprop}
+
+
+def get(identifier) -> Optimizer:
+    """An optimizer from a name ("sgd", "adam", "adadelta", "rmsprop": default settings) or an instance."""
+    if isinstance(identifier, Optimizer):
+        return identifier
+    if isinstance(identifier, str) and identifier.lower() in _BY_NAME:
+        return _BY_NAME[identifier.lower()]()
+    raise ValueError(f"unknown optimizer {identifier!r}; use one of {sorted(_BY_NAME)} or an optimizer instance")

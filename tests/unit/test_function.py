@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import flowlab as fl
-from flowlab.core.execute import get_op
+from flowlab.core.execute import execute, get_op
 
 TOL = {np.dtype(np.float32): dict(rtol=1e-6, atol=1e-6), np.dtype(np.float64): dict(rtol=1e-12, atol=1e-12)}
 _rng = np.random.default_rng(20240601)
@@ -159,6 +159,22 @@ CASES = [
     Case("sparse_softmax_cross_entropy_with_logits", "labels fed",
          fl.nn.sparse_softmax_cross_entropy_with_logits, [IDX(2, 0), F32(2, 3)],
          grad_ops=["sparse_softmax_cross_entropy_grad"]),
+    Case("conv2d", "same, stride 2", lambda x, w: fl.nn.conv2d(x, w, 2, "SAME"), [F32(2, 5, 6, 3), F32(3, 3, 3, 4)],
+         grad_ops=["conv2d_backprop_input", "conv2d_backprop_filter"]),
+    Case("conv2d_backprop_input", "second order",
+         lambda g, w, x: execute(get_op("conv2d_backprop_input"), (g, w, x), {"strides": (1, 1), "padding": "VALID"}),
+         [F32(2, 3, 2, 4), F32(2, 3, 3, 4), F32(2, 4, 4, 3)], grad_ops=["conv2d", "conv2d_backprop_filter"]),
+    Case("conv2d_backprop_filter", "second order",
+         lambda x, g, w: execute(get_op("conv2d_backprop_filter"), (x, g, w), {"strides": (1, 1), "padding": "VALID"}),
+         [F32(2, 4, 4, 3), F32(2, 3, 2, 4), F32(2, 3, 3, 4)], grad_ops=["conv2d", "conv2d_backprop_input"]),
+    Case("max_pool2d", "valid", lambda x: fl.nn.max_pool2d(x, 2, 2, "VALID"), [DISTINCT(2, 4, 5, 3)],
+         grad_ops=["max_pool2d_grad"]),
+    Case("max_pool2d_grad", "second order",
+         lambda g, x: execute(get_op("max_pool2d_grad"), (g, x), {"ksize": (3, 3), "strides": (2, 2), "padding": "SAME"}),
+         [F32(2, 3, 3, 2), DISTINCT(2, 5, 6, 2)], grad_ops=["max_pool2d_grad_grad"]),
+    Case("dropout_mask", "seeded", lambda x: fl.nn.dropout(x, 0.5, seed=7), [F32(4, 5)]),
+    Case("sparse_softmax_cross_entropy_mean", "labels fed", fl.core.ops.nn_ops.sparse_softmax_cross_entropy_mean,
+         [IDX(2, 0, 1), F32(3, 4)], grad_ops=["sparse_softmax_cross_entropy_mean_grad"]),
     Case("check_numerics", "", lambda x: fl.debugging.check_numerics(x, "x"), [F32(3)]),
     # public functions that are not ops of their own
     Case("add", "add_n", lambda a, b, c: fl.add_n([a, b, c]), [F32(2), F32(2), F32(2)]),

@@ -485,6 +485,89 @@ def _sparse_xent_grad(draw):
     return (lambda g, y, z: execute(op, (g, y, z))), [normal(rng, shape[:-1]), labels, 2 * normal(rng, shape)]
 
 
+def _image_geometry(draw):
+    """Shapes for a small NHWC convolution or pooling: (x shape, window, strides, padding)."""
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    padding = draw(st.sampled_from(["VALID", "SAME"]))
+    h, w = draw(st.integers(kh, 5)), draw(st.integers(kw, 5))
+    strides = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    return (n, h, w, c), (kh, kw), strides, padding
+
+
+def _pooled_shape(shape, window, strides, padding):
+    def size(d, k, s):
+        return (d - k) // s + 1 if padding == "VALID" else -(-d // s)
+    return (shape[0], size(shape[1], window[0], strides[0]), size(shape[2], window[1], strides[1]), shape[3])
+
+
+@case("conv2d")
+def _conv2d(draw):
+    rng = np.random.default_rng(draw(seeds))
+    shape, window, strides, padding = _image_geometry(draw)
+    filters = window + (shape[3], draw(st.integers(1, 3)))
+    return (lambda x, w: fl.nn.conv2d(x, w, strides, padding)), [normal(rng, shape), normal(rng, filters)]
+
+
+def _conv_backprop_case(op, order):
+    @st.composite
+    def build(draw):
+        # linear in its first two inputs; the third only gives a shape (the input's or the filters')
+        rng = np.random.default_rng(draw(seeds))
+        shape, window, strides, padding = _image_geometry(draw)
+        filters = window + (shape[3], draw(st.integers(1, 3)))
+        g_shape = _pooled_shape(shape, window, strides, padding)[:3] + (filters[3],)
+        arrays = {"x": normal(rng, shape), "w": normal(rng, filters), "g": normal(rng, g_shape)}
+        attrs = {"strides": strides, "padding": padding}
+        return (lambda a, b, c: execute(get_op(op), (a, b, c), attrs)), [arrays[k] for k in order]
+    CASES.append(Case(op, op, build()))
+
+
+_conv_backprop_case("conv2d_backprop_input", ("g", "w", "x"))
+_conv_backprop_case("conv2d_backprop_filter", ("x", "g", "w"))
+
+
+@case("max_pool2d")
+def _max_pool2d(draw):
+    rng = np.random.default_rng(draw(seeds))
+    shape, window, strides, padding = _image_geometry(draw)
+    return (lambda x: fl.nn.max_pool2d(x, window, strides, padding)), [distinct(rng, shape)]
+
+
+def _pool_backward_case(op, grad_shape):
+    @st.composite
+    def build(draw):
+        # linear in its first input; x (no two elements tied) only says where each window's max is
+        rng = np.random.default_rng(draw(seeds))
+        shape, window, strides, padding = _image_geometry(draw)
+        attrs = {"ksize": window, "strides": strides, "padding": padding}
+        g = normal(rng, grad_shape(shape, window, strides, padding))
+        return (lambda g, x: execute(get_op(op), (g, x), attrs)), [g, distinct(rng, shape)]
+    CASES.append(Case(op, op, build()))
+
+
+_pool_backward_case("max_pool2d_grad", _pooled_shape)
+_pool_backward_case("max_pool2d_grad_grad", lambda shape, *_: shape)
+
+
+@case("sparse_softmax_cross_entropy_mean")
+def _sparse_xent_mean(draw):
+    rng = np.random.default_rng(draw(seeds))
+    shape = draw(nonscalar_shapes)
+    labels = rng.integers(0, shape[-1], shape[:-1])
+    return fl.core.ops.nn_ops.sparse_softmax_cross_entropy_mean, [labels, 2 * normal(rng, shape)]
+
+
+@case("sparse_softmax_cross_entropy_mean_grad")
+def _sparse_xent_mean_grad(draw):
+    # g / N * (softmax(z) - one_hot(labels)), g a scalar: differentiable in g and z
+    rng = np.random.default_rng(draw(seeds))
+    shape = draw(nonscalar_shapes)
+    labels = rng.integers(0, shape[-1], shape[:-1])
+    op = get_op("sparse_softmax_cross_entropy_mean_grad")
+    return (lambda g, y, z: execute(op, (g, y, z))), [normal(rng, ()), labels, 2 * normal(rng, shape)]
+
+
 FD_OPTIONS = {  # cast to float32 rounds: a long step (cast is linear, so the difference stays exact)
     "cast-float64-to-float32": {"step": 2.0**-4, "rtol": 1e-5, "atol": 1e-5},
     "cast-float32-to-float64": {"step": 2.0**-4, "rtol": 1e-5, "atol": 1e-5},

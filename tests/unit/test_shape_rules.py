@@ -148,6 +148,24 @@ CASES = [
     ("shape", "in a graph", lambda: _traced(lambda x: fl.shape(x), f32([2, 3]))),
     ("concat_grad", "unknown sizes", lambda: _traced_concat_grad()),
     ("random", "integers", lambda: _traced(lambda: fl.random.uniform([4], 0, 5, dtype=fl.int32))),
+    # convolution, pooling, dropout (nn_ops) and their backward ops
+    ("conv2d", "valid, stride 1", lambda: fl.nn.conv2d(f32([2, 5, 6, 3]), f32([3, 2, 3, 4]), 1, "VALID")),
+    ("conv2d", "same, stride 2", lambda: fl.nn.conv2d(f64([1, 7, 5, 2]), f64([3, 3, 2, 1]), [2, 2], "SAME")),
+    ("conv2d_backprop_input", "", lambda: grad_of(lambda x: fl.nn.conv2d(x, f32([3, 3, 2, 4]), 2, "SAME"),
+                                                  f32([2, 5, 5, 2]))),
+    ("conv2d_backprop_filter", "", lambda: grad_of(lambda w: fl.nn.conv2d(f32([2, 5, 4, 2]), w, 1, "VALID"),
+                                                   f32([2, 3, 2, 3]))),
+    ("max_pool2d", "valid", lambda: fl.nn.max_pool2d(f32([2, 5, 4, 3]), 2, 2, "VALID")),
+    ("max_pool2d", "same, 3x3 stride 2", lambda: fl.nn.max_pool2d(f64([1, 5, 6, 2]), 3, 2, "SAME")),
+    ("max_pool2d_grad", "", lambda: grad_of(lambda x: fl.nn.max_pool2d(x, 2, 2, "SAME"), f32([2, 5, 5, 2]))),
+    ("max_pool2d_grad_grad", "", lambda: grad_of(
+        lambda g: fl.core.execute.execute(get_op("max_pool2d_grad"), (g, f32([1, 4, 5, 2])),
+                                          {"ksize": (2, 2), "strides": (2, 2), "padding": "SAME"}), f32([1, 2, 3, 2]))),
+    ("dropout_mask", "", lambda: fl.nn.dropout(f32([3, 4]), 0.5, seed=0)),
+    ("sparse_softmax_cross_entropy_mean", "", lambda: fl.core.ops.nn_ops.sparse_softmax_cross_entropy_mean(
+        [[0, 2], [1, 1]], f32([2, 2, 3]))),
+    ("sparse_softmax_cross_entropy_mean_grad", "", lambda: grad_of(
+        lambda z: fl.core.ops.nn_ops.sparse_softmax_cross_entropy_mean([0, 2], z), f32([2, 3]))),
     ("optimizer_update", "", lambda: _traced_with_variable(
         lambda v, opt=fl.optimizers.Adam(0.1): opt.apply_gradients([(f32([2, 3]), v)]))),
     ("optimizer_advance", "", lambda: _traced_with_variable(
@@ -292,6 +310,15 @@ REJECTED = [
     ("expand_dims", "axis out of range", lambda: fl.expand_dims(f32([2]), 2), ()),
     ("argmax", "axis out of range", lambda: fl.argmax(f32([2]), 1), ()),
     ("broadcast_to", "cannot broadcast", lambda: fl.broadcast_to(f32([2]), [3]), ()),
+    ("conv2d", "rank 3 input", lambda: fl.nn.conv2d(f32([5, 5, 3]), f32([3, 3, 3, 2])), ()),
+    ("conv2d", "channels differ", lambda: fl.nn.conv2d(f32([1, 5, 5, 3]), f32([3, 3, 2, 2])), ()),
+    ("conv2d", "int input", lambda: fl.nn.conv2d(i32([1, 5, 5, 1]), i32([3, 3, 1, 1])), ()),
+    ("conv2d", "filter larger than the image", lambda: fl.nn.conv2d(f32([1, 2, 2, 1]), f32([3, 3, 1, 1])), ()),
+    ("max_pool2d", "rank 2 input", lambda: fl.nn.max_pool2d(f32([4, 4]), 2, 2), ()),
+    ("max_pool2d", "int input", lambda: fl.nn.max_pool2d(i32([1, 4, 4, 1]), 2, 2), ()),
+    ("dropout_mask", "int input", lambda: fl.nn.dropout(i32([3]), 0.5), ()),
+    ("sparse_softmax_cross_entropy_mean", "float labels",
+     lambda: fl.core.ops.nn_ops.sparse_softmax_cross_entropy_mean(f32([2]), f32([2, 3])), ()),
 ]
 
 

@@ -1,0 +1,265 @@
+"""The loops behind ``Model.fit``, ``evaluate`` and ``predict``.
+
+The step (``model.train_step`` and friends) is traced once into an ``@fl.function`` graph whose
+inputs have an unknown batch size, so the last, smaller batch runs the same graph. Each batch then
+costs one call of the compiled plan: variables are captured by reference, the optimizer updates
+and metric totals are nodes of the graph, and nothing is converted to Python numbers per batch
+unless a callback asks for a batch's logs (``callbacks.BatchLogs`` reads them on demand).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...core import dtypes
+from ...core import random as _random
+from ...core.function import TensorSpec, function
+from ...core.ops import array_ops
+from ...core.tensor import convert_to_tensor
+from . import _data
+from ._eager import eager
+from .callbacks import BatchLogs, Callback, CallbackList, History, ProgbarLogger
+from .progress import ProgressBar
+
+__all__ = ["fit", "evaluate", "predict", "train_on_batch", "batch_size_of"]
+
+
+def batch_size_of(t):
+    """The batch size of ``t``: a float, or a float32 graph node when it is unknown while tracing."""
+    shape = tuple(t.shape)
+    if not shape:
+        return 1.0
+    if shape[0] is not None:
+        return float(shape[0])
+    return array_ops.shape(t, out_type=dtypes.float32)[0]
+
+
+# -- step functions ------------------------------------------------------------------------------
+def _step_function(model, kind, specs):
+    """The traced (or eager) function running one ``kind`` step ("train", "test", "predict") on a
+    batch of arrays shaped as ``specs``. Cached on the model until it is recompiled."""
+    key = (kind, tuple((tuple(s), np.dtype(d).str) for s, d in specs))
+    found = model._functions.get(key)
+    if found is not None:
+        return found
+    method = {"train": model.train_step, "test": model.test_step, "predict": model.predict_step}[kind]
+
+    def step(*batch):
+        return method(batch if len(batch) > 1 else batch[0])
+
+    if model.run_eagerly:
+        def run(*arrays):
+            return step(*[convert_to_tensor(a) for a in arrays])
+    else:
+        signature = [TensorSpec(shape, dtypes.as_dtype(dtype)) for shape, dtype in specs]
+        traced = function(step, input_signature=signature, name=f"{model.name}_{kind}_step")
+        run = traced.get_concrete_function()
+    model._functions[key] = run
+    return run
+
+
+def _unchecked(run):
+    """For batches cut from arrays checked once up front (dtype and shape fit the trace): a step that
+    returns nothing runs the compiled plan directly, without the per-call argument checks and output
+    wrapping of the concrete function (about 10 us a step)."""
+    plan = getattr(run, "_plan", None)
+    if plan is None or run.outputs or not isinstance(run.structured_outputs, dict):
+        return run
+    return plan
+
+
+def _ensure_built(model, data):
+    """Build the model's weights before training starts (callbacks may restore them): from the
+    arrays' shapes, or, for a dataset and a model with no input shape, from its element_spec."""
+    if model.built and model._weights_ready():
+        return
+    if isinstance(data, _data.ArrayData):
+        shape, dtype = (None, *data.arrays[0].shape[1:]), data.arrays[0].dtype
+    else:
+        spec = data.dataset.element_spec
+        spec = spec[0] if isinstance(spec, tuple) else spec
+        shape, dtype = (None, *tuple(spec.shape)[1:]), spec.dtype.as_numpy_dtype
+    model._ensure_built(shape, np.dtype(dtype).name)
+
+
+def _runner(model, kind, batch, what, data=None):
+    """The step function for batches like ``batch`` (made on the first batch of a loop)."""
+    if kind != "predict" and len(batch) < 2:
+        raise _data._error(what, "no targets: give y, or a dataset whose elements are (x, y)")
+    specs = _data.specs_of(batch[:1] if kind == "predict" else batch)
+    shape, dtype = specs[0]
+    model._ensure_built(shape, np.dtype(dtype).name)
+    run = _step_function(model, kind, specs)
+    return _unchecked(run) if isinstance(data, _data.ArrayData) and not model.run_eagerly else run
+
+
+def _sources(model, out, metric_sources=None):
+    """name -> function reading the current value: the metrics, then what the step returned."""
+    sources = metric_sources if metric_sources is not None else {m.name: m.result for m in model.metrics}
+    if isinstance(out, dict) and out:
+        sources = dict(sources)
+        for name, value in out.items():
+            sources[name] = (lambda v=value: v)
+    return sources
+
+
+def _logs(sources) -> dict:
+    return {name: float(fn()) for name, fn in sources.items()}
+
+
+def _progress_mode(verbose):
+    if verbose == "auto":
+        verbose = 1
+    if verbose not in (0, 1, 2, True, False):
+        raise ValueError(f"verbose must be 'auto', 0, 1 or 2, got {verbose!r}")
+    return {0: None, 1: "auto", 2: "text"}[int(verbose)]
+
+
+def _new_seed() -> int:
+    with eager():
+        return int(_random.uniform([], 0, 2**62, dtype=dtypes.int64).numpy())
+
+
+# -- fit -----------------------------------------------------------------------------------------
+def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data, shuffle,
+        initial_epoch, sample_weight, validation_freq, validation_batch_size):
+    model._assert_compiled("fit")
+    if validation_split and validation_data is None:
+        (x, y, sample_weight), validation_data = _data.split_validation(x, y, sample_weight, validation_split)
+    data = _data.adapt(x, y, sample_weight, batch_size, "fit")
+    if data.has_y is False:
+        raise _data._error("fit", "no targets: give y, or a dataset whose elements are (x, y)")
+    val = None
+    if validation_data is not None:
+        val = _validation(validation_data, validation_batch_size or batch_size)
+    epochs, initial_epoch = int(epochs), int(initial_epoch)
+    _ensure_built(model, data)
+    run = None
+
+    mode = _progress_mode(verbose)
+    history = History()
+    cbs = list(callbacks or [])
+    for cb in cbs:
+        if not isinstance(cb, Callback):
+            raise TypeError(f"fit: callbacks must be fl.keras.callbacks.Callback objects, got {type(cb).__name__}")
+    cbs.append(history)          # after the user's callbacks: it records what they add to the logs
+    if mode is not None and not any(isinstance(cb, ProgbarLogger) for cb in cbs):
+        cbs.append(ProgbarLogger(mode))
+    params = {"epochs": epochs, "steps": data.steps, "verbose": verbose}
+    cblist = CallbackList(cbs, model, params)
+
+    state = model._fit_state
+    state.resumed = False
+    state.epoch.assign(np.int64(initial_epoch))
+    state.step.assign(np.int64(0))
+    shuffled = shuffle and isinstance(data, _data.ArrayData)
+    state.seed.assign(np.int64(_new_seed() if shuffled else 0))
+    model.stop_training = False
+    cblist.on_train_begin({})
+    first_epoch, first_step = int(state.epoch), int(state.step)
+    seed = int(state.seed) if shuffled else None
+    begin_hook, end_hook = cblist.wants("on_train_batch_begin"), cblist.wants("on_train_batch_end")
+    metric_sources = {m.name: m.result for m in model.metrics}
+    logs = {}
+    for epoch in range(first_epoch, epochs):
+        start = first_step if epoch == first_epoch else 0
+        if start == 0:
+            model.reset_metrics()
+        cblist.on_epoch_begin(epoch, {})
+        out = None
+        step = start
+        for batch in data.batches(seed, epoch, start):
+            if begin_hook:
+                cblist.batch("on_train_batch_begin", step)
+            if run is None:
+                run = _runner(model, "train", batch, "fit", data)
+            out = run(*batch)
+            if end_hook:
+                cblist.batch("on_train_batch_end", step, BatchLogs(_sources(model, out, metric_sources)))
+            step += 1
+            if model.stop_training:
+                break
+        if params["steps"] is None:
+            params["steps"] = data.steps
+        logs = _logs(_sources(model, out))
+        if val is not None and (epoch + 1) % int(validation_freq) == 0:
+            val_logs = _evaluate_data(model, val, what="fit (validation_data)")
+            logs.update({f"val_{k}": v for k, v in val_logs.items()})
+        cblist.on_epoch_end(epoch, logs)
+        if model.stop_training:
+            break
+    cblist.on_train_end(logs)
+    return history
+
+
+def _validation(validation_data, batch_size):
+    from ...data import Dataset
+    if isinstance(validation_data, Dataset):
+        return _data.adapt(validation_data, what="fit (validation_data)")
+    if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
+        raise _data._error("fit", "validation_data must be (x_val, y_val), (x_val, y_val, sample_weight) or a dataset")
+    return _data.adapt(*validation_data, batch_size=batch_size, what="fit (validation_data)")
+
+
+# -- evaluate, predict ---------------------------------------------------------------------------
+def _evaluate_data(model, data, callbacks=None, what="evaluate"):
+    _ensure_built(model, data)
+    model.reset_metrics()
+    out = run = None
+    hook = callbacks is not None and callbacks.wants("on_test_batch_end")
+    for step, batch in enumerate(data.batches()):
+        if run is None:
+            run = _runner(model, "test", batch, what, data)
+        out = run(*batch)
+        if hook:
+            callbacks.batch("on_test_batch_end", step, BatchLogs(_sources(model, out)))
+    return _logs(_sources(model, out))
+
+
+def evaluate(model, x, y, batch_size, verbose, sample_weight, callbacks):
+    model._assert_compiled("evaluate")
+    data = _data.adapt(x, y, sample_weight, batch_size, "evaluate")
+    if data.has_y is False:
+        raise _data._error("evaluate", "no targets: give y, or a dataset whose elements are (x, y)")
+    cblist = CallbackList(callbacks or [], model, {"steps": data.steps, "verbose": verbose})
+    cblist.on_test_begin({})
+    bar = ProgressBar(1, data.steps, title="") if _progress_mode(verbose) else None
+    if bar is not None:
+        bar.start().start_epoch(0)
+    logs = _evaluate_data(model, data, cblist)
+    if bar is not None:
+        bar.step = data.steps
+        print(bar.epoch_line({"epoch": 1, "seconds": bar.elapsed(), "values": logs}), flush=True)
+    cblist.on_test_end(logs)
+    return logs
+
+
+def predict(model, x, batch_size, verbose, callbacks):
+    data = _data.adapt(x, None, None, batch_size, "predict")
+    _ensure_built(model, data)
+    cblist = CallbackList(callbacks or [], model, {"steps": data.steps, "verbose": verbose})
+    cblist.on_predict_begin({})
+    outputs = []
+    run = None
+    for step, batch in enumerate(data.batches()):
+        if run is None:
+            run = _runner(model, "predict", batch, "predict")
+        out = run(batch[0])
+        outputs.append(np.asarray(out))
+        cblist.batch("on_predict_batch_end", step, {"outputs": outputs[-1]})
+    cblist.on_predict_end({})
+    if _progress_mode(verbose):
+        print(f"{len(outputs)}/{len(outputs)} batches predicted", flush=True)
+    return np.concatenate(outputs) if outputs else np.zeros((0,), np.float32)
+
+
+def train_on_batch(model, x, y, sample_weight):
+    model._assert_compiled("train_on_batch")
+    data = _data.adapt(x, y, sample_weight, len(x), "train_on_batch")
+    _ensure_built(model, data)
+    model.reset_metrics()
+    out = None
+    for batch in data.batches():
+        out = _runner(model, "train", batch, "train_on_batch")(*batch)
+    logs = _logs(_sources(model, out))
+    values = list(logs.values())
+    return values[0] if len(values) == 1 else values
