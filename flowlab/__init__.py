@@ -29,6 +29,12 @@ bool = bool_  # noqa: A001 - ``fl.bool`` as ``tf.bool``; Python's bool is untouc
 __version__ = "0.1.0"
 
 
+def load_ipython_extension(ipython):
+    """``%load_ext flowlab``: the ``%%px`` cell magic (run a cell on every worker of a cluster)."""
+    from .cluster.magic import load_ipython_extension as load
+    load(ipython)
+
+
 def __getattr__(name):
     lazy = {"compat": ".compat",        # ``fl.compat.v1``: the TF1 API
             "keras": ".nn.keras",         # ``fl.keras``: layers, models, fit

@@ -15,6 +15,7 @@ name below is imported from its module on first use.
 - :mod:`.client`: ``Client`` (signed requests to tasks)
 - :mod:`.remote`: ``RemoteTensor``, eager ops placed on tasks; :mod:`.partition`: graphs split across
   tasks (what ``Session(target)`` runs); :mod:`.task_exec`: what a task does with both
+- :mod:`.magic`: the ``%%px`` cell magic (``%load_ext flowlab.cluster.magic``)
 - :mod:`.protocol`, :mod:`.transport`, :mod:`.inproc`: the wire format and its two transports
 - :mod:`.liveness`: heartbeats and the process watch; :mod:`.errors`: what goes wrong
 - :mod:`.collectives`: allreduce, broadcast, allgather, reduce_scatter, barrier (ring, tree, naive; MPI)

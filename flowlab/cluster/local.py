@@ -30,14 +30,29 @@ from .liveness import Monitor, log_tail
 from .protocol import dumps, new_key
 from .spec import ClusterSpec, parse_task, task_name
 
-__all__ = ["LocalCluster", "cluster_for_target"]
+__all__ = ["LocalCluster", "cluster_for_target", "latest_cluster"]
 
 _by_target: "weakref.WeakValueDictionary[str, LocalCluster]" = weakref.WeakValueDictionary()
 
 
+_started: list = []   # weak references to every LocalCluster made, oldest first
+
+
 def cluster_for_target(target: str) -> "LocalCluster | None":
-    """The live LocalCluster of this process that has ``target`` (``flowlab://host:port``)."""
+    """The live LocalCluster of this process that has ``target`` (``flowlab://host:port``;
+    ``grpc://host:port``, the spelling of TensorFlow material, is taken as an alias)."""
+    if isinstance(target, str) and target.startswith("grpc://"):
+        target = "flowlab://" + target[len("grpc://"):]
     return _by_target.get(target)
+
+
+def latest_cluster() -> "LocalCluster | None":
+    """The most recently started LocalCluster of this process that is still open, or None."""
+    for ref in reversed(_started):
+        cluster = ref()
+        if cluster is not None and not cluster.closed:
+            return cluster
+    return None
 
 
 class _Resources:
@@ -50,6 +65,7 @@ class _Resources:
         self.monitor = None
         self.client = None
         self.tmpdir = None
+        self.remote = None     # this cluster as remote eager execution knows it
         self.closed = False
 
     def stop_procs(self, procs, grace: float = 2.0) -> None:
@@ -78,6 +94,9 @@ class _Resources:
         if self.closed:
             return
         self.closed = True
+        if self.remote is not None:   # closed or collected: ops can no longer be placed on its tasks
+            from .remote import detach
+            detach(self.remote)
         self.stop_procs(list(self.procs.values()))
         for f in self.logs.values():
             f.close()
@@ -147,6 +166,9 @@ class LocalCluster:
             self.close()
             raise
         _by_target[self.target] = self
+        _started.append(weakref.ref(self))
+        from . import remote
+        res.remote = remote.attach(res.client, self._tasks, name=self.target)
 
     # -- what it is --------------------------------------------------------------------------------
     @property

@@ -485,3 +485,6 @@ def _stats(server, msg):
 @handler("shutdown")
 def _shutdown(server, msg):
     server._stopping = True
+
+
+from . import task_exec as _task_exec  # noqa: E402,F401 - its handlers (op, fetch, partition, ...) serve every task

@@ -89,8 +89,13 @@ class Session:
     """Runs graphs: ``sess.run(fetches, feed_dict)``.
 
     ``graph``: the graph to run (default: the default graph when the session is made). ``target``:
-    where to run; only this process ("" or None) for now. A ``with`` block makes the session the
-    default session and its graph the default graph, and closes it at the end.
+    where to run: "" or None, this process; a cluster's target (``cluster.target``, i.e.
+    ``flowlab://127.0.0.1:PORT``, or ``grpc://host:port`` as TensorFlow material spells it, taken
+    as an alias of flowlab's own protocol): the graph is split by task (``tf.device`` strings),
+    each cross-task edge becomes a send/recv pair, and every task runs its part at once (see
+    ``flowlab/cluster/partition.py``); nodes without a task run on the target's task. A ``with``
+    block makes the session the default session and its graph the default graph, and closes it at
+    the end.
 
     >>> import flowlab.compat.v1 as tf
     >>> g = tf.Graph()
@@ -104,11 +109,14 @@ class Session:
     """
 
     def __init__(self, target="", graph=None, config=None):
+        self._remote = None
         if target not in (None, ""):
-            raise NotImplementedError(
-                f"Session({target!r}): a session on another process needs a running cluster; remote sessions "
-                "come with fl.cluster.LocalCluster (not built yet). Leave the target out to run the graph in "
-                "this process.")
+            if not isinstance(target, str):
+                raise TypeError(f"Session(target) takes an address string such as cluster.target, not "
+                                f"{type(target).__name__}")
+            from ..cluster.partition import connect
+            self._remote = connect(target)
+        self.target = target or ""
         graph = graph if graph is not None else get_default_graph()
         if not isinstance(graph, _CoreGraph):
             raise TypeError(f"Session(graph=...) takes a tf.Graph, not {type(graph).__name__}")
@@ -148,6 +156,8 @@ class Session:
         """Release the session's plans; running it afterwards is an error."""
         self._closed = True
         self._plans.clear()
+        if self._remote is not None:
+            self._remote.close()
 
     # -- running ----------------------------------------------------------------------------------
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
@@ -280,6 +290,12 @@ class Session:
         entry = self._plans.get(key)
         if entry is not None:
             return entry
+        if self._remote is not None:   # split across the cluster's tasks (it checks placements itself)
+            plan = self._remote.plan(self.graph, targets, feeds, self.config.allow_soft_placement)
+            self._log_partitions(plan)
+            entry = self._plans[key] = _Compiled(plan)
+            self.plans_compiled += 1
+            return entry
         try:
             plan = compile_plan(self.graph, targets, feeds, run_stateful=False)
         except ValueError as e:   # a placeholder nobody fed
@@ -309,8 +325,26 @@ class Session:
                 print(f"{node.name}: ({node.op.name}): {device or '/job:localhost/replica:0/task:0/device:CPU:0'}",
                       file=sys.stderr)
 
+    def _log_partitions(self, plan):
+        if self.config.log_device_placement:
+            from ..cluster.partition import task_of
+            for node in plan.nodes:
+                task, dev = task_of(node, self._remote.master)
+                print(f"{node.name}: ({node.op.name}): {task}{dev}", file=sys.stderr)
+
+    def partitions(self, fetches, feed_dict=None) -> dict:
+        """{task: [node names]}: how a distributed session splits the graph to compute ``fetches``
+        (receives from other tasks shown as ``recv NAME from TASK``); {} in a local session."""
+        if self._remote is None:
+            return {}
+        targets: list = []
+        self._structure(fetches, targets)
+        feeds, _ = self._feeds(feed_dict)
+        return dict(self._compiled(targets, feeds).plan.partitions)
+
     def __repr__(self):
-        return f"<tf.Session on {self.graph!r}{' (closed)' if self._closed else ''}>"
+        where = f" at {self.target}" if self.target else ""
+        return f"<tf.Session{where} on {self.graph!r}{' (closed)' if self._closed else ''}>"
 
 
 class InteractiveSession(Session):

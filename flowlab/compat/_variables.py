@@ -21,7 +21,7 @@ import numpy as np
 from ..core import dtypes as _dtypes
 from ..core import random as _random
 from ..core._context import state
-from ..core.device import current_device_spec
+from ..core.device import current_device_spec, device, resolve
 from ..core.errors import OpError
 from ..core.execute import execute, get_op
 from ..core.graph import GraphTensor
@@ -71,6 +71,16 @@ class Variable(_CoreVariable):
         graph = state().graph or (initial_value.graph if isinstance(initial_value, GraphTensor) else None) \
             or get_default_graph()
         info = graph_info(graph)
+        from ._replica import variable_device
+        with variable_device(name) or contextlib.nullcontext():   # a replica setter: the next ps task
+            self._build(graph, info, initial_value, trainable, name, dtype)
+        keys = [GraphKeys.GLOBAL_VARIABLES] if collections is None else list(collections)
+        if trainable and GraphKeys.TRAINABLE_VARIABLES not in keys:
+            keys.append(GraphKeys.TRAINABLE_VARIABLES)
+        for key in keys:
+            add_to_collection(key, self, graph=graph)
+
+    def _build(self, graph, info, initial_value, trainable, name, dtype):
         with building(graph) as graph:
             init = _initial_tensor(graph, initial_value, dtype)
             if None in init._shape:
@@ -78,7 +88,14 @@ class Variable(_CoreVariable):
                                  "shape must be fully known (give the initial value a static shape)")
             full = _unique_variable_name(info, _scoped(name or "Variable"))
             stand_in = np.broadcast_to(np.zeros((), init._dtype), init._shape)   # read-only, no memory
-            super().__init__(stand_in, trainable=trainable, name=full)
+            placement = current_device_spec()
+            remote = resolve(placement, allow_remote=True) if placement else None
+            if remote is not None and remote.startswith("/job:localhost/replica:0/task:0/"):
+                remote = None
+            with device(None) if remote else contextlib.nullcontext():   # it lives on that task, not here
+                super().__init__(stand_in, trainable=trainable, name=full)
+            if remote:
+                self._device = remote    # ops that read or update it are placed with it
             self._value = stand_in
             self.graph = graph
             self._initialized = False
@@ -88,11 +105,6 @@ class Variable(_CoreVariable):
             out = execute(get_op("assign"), (init,), {"variable": self, "mode": "set"})
             _rename(graph, out.node, f"{full}/Assign")
             self.initializer = out.node
-        keys = [GraphKeys.GLOBAL_VARIABLES] if collections is None else list(collections)
-        if trainable and GraphKeys.TRAINABLE_VARIABLES not in keys:
-            keys.append(GraphKeys.TRAINABLE_VARIABLES)
-        for key in keys:
-            add_to_collection(key, self, graph=graph)
 
     # -- what it is --------------------------------------------------------------------------------
     @property

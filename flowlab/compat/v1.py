@@ -23,8 +23,10 @@ Where flowlab differs from TF1 (each explained where it is defined):
 
 - ``tf.placeholder(dtype)`` without a shape is a scalar; give ``shape=[None, ...]`` for arrays.
 - A variable's value lives in the variable: every session of the process sees the same value.
-- A local ``Session`` runs graphs in this process only: ``Session("grpc://...")`` and nodes placed on
-  other jobs or tasks need ``fl.cluster.LocalCluster`` (coming).
+- ``Session(cluster.target)`` runs a graph on a cluster's tasks (``grpc://host:port`` is accepted as
+  another spelling of flowlab's own address); a ``Session()`` with no target runs it in this process
+  only, and refuses nodes placed on other jobs or tasks. A variable placed on a task (e.g. by
+  ``tf.train.replica_device_setter``) lives on that task when a cluster session runs it.
 - Values fetched by ``sess.run`` are read-only arrays (copy one with ``np.array(value)`` to write).
 - ``tf.control_dependencies`` is not supported: nodes run in the order they were built, and a
   fetch runs only what it needs, so group what must run together with ``tf.group``.
@@ -38,7 +40,8 @@ import numpy as np
 
 from ..core import ops as _ops
 from ..core import random as _random
-from ..core.device import DeviceSpec, device  # noqa: F401
+from ..core.device import DeviceSpec  # noqa: F401
+from ._replica import device  # noqa: F401 - device strings, and replica_device_setter
 from ..core.dtypes import (DType, as_dtype, bool_, float16, float32, float64, int8, int16, int32,  # noqa: F401
                            int64, numpy_dtype, uint8)
 from ..core.errors import InvalidArgumentError, OpError

@@ -155,3 +155,18 @@ def create_global_step(graph=None):
 def get_or_create_global_step(graph=None):
     """The int64 step counter that ``minimize(loss, global_step=...)`` adds one to at each step."""
     return get_global_step(graph) or create_global_step(graph)
+
+
+_CLUSTER_NAMES = {"ClusterSpec": "flowlab.cluster.spec", "Server": "flowlab.cluster.server",
+                  "replica_device_setter": "flowlab.compat._replica"}
+
+
+def __getattr__(name):
+    """``tf.train.ClusterSpec``, ``tf.train.Server`` and ``tf.train.replica_device_setter``, loaded
+    on first use (so ``import flowlab.compat.v1`` does not load the cluster package)."""
+    if name in _CLUSTER_NAMES:
+        import importlib
+        value = getattr(importlib.import_module(_CLUSTER_NAMES[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'flowlab.compat.v1.train' has no attribute {name!r}")

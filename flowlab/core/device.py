@@ -33,7 +33,8 @@ from .backends import kernel_for_device
 from .errors import InvalidArgumentError, source_line
 
 __all__ = ["DeviceSpec", "device", "current_device_spec", "resolve", "place", "RemoteDeviceError",
-           "DEFAULT_DEVICE", "set_log_device_placement", "get_log_device_placement", "log_placement"]
+           "DEFAULT_DEVICE", "set_log_device_placement", "get_log_device_placement", "log_placement",
+           "set_remote_runner", "remote_runner", "REMOTE"]
 
 DEFAULT_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
 _TYPES = ("CPU", "GPU")
@@ -102,7 +103,7 @@ class DeviceSpec:
         default CPU, else a full device string. ``input_device``: the op's own choice without a scope."""
         cached = self.__dict__.get("_eager")   # (version of the device list, device): not a field
         if cached is None or cached[0] != config.devices_version():
-            device = _FOLLOW if not self else resolve(self)   # fl.device(None): no constraint
+            device = _FOLLOW if not self else resolve(self, allow_remote=True)   # None: no constraint
             cached = (config.devices_version(), None if device == DEFAULT_DEVICE else device)
             object.__setattr__(self, "_eager", cached)
         return input_device if cached[1] is _FOLLOW else cached[1]
@@ -262,16 +263,47 @@ def resolve(spec, allow_remote: bool = False) -> str:
     if (full.job, full.replica, full.task) != (_LOCAL.job, _LOCAL.replica, _LOCAL.task):
         if allow_remote:
             return name
-        raise RemoteDeviceError(
-            f"{name} is not in this process (/job:localhost/replica:0/task:0): running ops on another "
-            f"job or task needs a cluster: start one with fl.cluster.LocalCluster(workers=N), and flowlab will not "
-            f"quietly run them here instead. This process has: {_have()}" + _at(source_line()))
+        raise RemoteDeviceError(_remote_message(name))
     if full.device_index >= config.logical_device_count(full.device_type):
         where = source_line()
         raise InvalidArgumentError(
             f"no device {name}; this process has: {_have()}; use fl.config.set_logical_devices("
             f"\"{full.device_type}\", {full.device_index + 1}) to make more" + _at(where), source=where)
     return name
+
+
+def _remote_message(name):
+    return (f"{name} is not in this process (/job:localhost/replica:0/task:0): running ops on another "
+            f"job or task needs a cluster: start one with fl.cluster.LocalCluster(workers=N), and flowlab will not "
+            f"quietly run them here instead. This process has: {_have()}" + _at(source_line()))
+
+
+# -- ops on other tasks -----------------------------------------------------------------------
+_HERE = "/job:localhost/replica:0/task:0/"
+REMOTE = object()          # the "kernel" place() gives for an op placed on another task
+_remote_runner = None      # runner(op, inputs, attrs, device) -> tensor, set by a cluster
+_remote_type = None        # the class of the handles it returns (tensors whose value is elsewhere)
+
+
+def set_remote_runner(runner, handle_type=None) -> None:
+    """Let a cluster run eager ops placed on other tasks (core knows no cluster): ``execute``
+    hands ``runner(op, inputs, attrs, device)`` every op placed off this process, and every op
+    with an input of ``handle_type``. ``None`` removes it: such ops raise RemoteDeviceError again."""
+    global _remote_runner, _remote_type
+    _remote_runner, _remote_type = runner, (handle_type if runner is not None else None)
+
+
+def remote_runner():
+    """The registered runner, or None."""
+    return _remote_runner
+
+
+def has_remote(inputs) -> bool:
+    """Whether an input is a handle to a value on another task (only asked when a runner is set)."""
+    for x in inputs:
+        if x.__class__ is _remote_type:
+            return True
+    return False
 
 
 def _have():
@@ -289,10 +321,12 @@ def place(op, input_device, stack):
         device = stack[-1].resolve_eager(input_device) if stack else input_device
     except InvalidArgumentError as e:
         raise InvalidArgumentError(f"{op.name}: {e}", op=op.name, source=e.source) from None
-    except RemoteDeviceError as e:
-        raise RemoteDeviceError(f"{op.name}: {e}") from None
     if _log_placement:
         log_placement(op.name, device)
+    if device is not None and not device.startswith(_HERE):   # another job or task
+        if _remote_runner is None:
+            raise RemoteDeviceError(f"{op.name}: " + _remote_message(device))
+        return device, REMOTE
     if device is None and input_device is None:
         return None, op.kernel
     return device, kernel_for_device(op, device)

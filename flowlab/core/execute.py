@@ -95,6 +95,8 @@ def execute(op: OpDef, inputs, attrs=NO_ATTRS):
     kernel = op.kernel
     if device is not None or st.device_stack or _devices._log_placement:
         device, kernel = _devices.place(op, device, st.device_stack)
+        if _devices._remote_runner is not None and (kernel is _devices.REMOTE or _devices.has_remote(inputs)):
+            return _devices._remote_runner(op, inputs, attrs, device)
     try:
         if len(inputs) == 1:
             value = kernel(inputs[0]._value, **attrs)

@@ -336,11 +336,13 @@ def in_scope(t: Tensor) -> Tensor:
 
 
 def _move_to(t: Tensor, scope) -> None:
+    """Tag ``t`` with the scope's device. A local device gets the value now; a task of a running
+    cluster keeps it here, and it travels with each op that runs there."""
     from .backends import backend_for_device
-    from .device import DEFAULT_DEVICE, resolve
-    where = resolve(scope)
+    from .device import DEFAULT_DEVICE, remote_runner, resolve
+    where = resolve(scope, allow_remote=remote_runner() is not None)
     t._device = None if where == DEFAULT_DEVICE else where
-    if t._device is not None:
+    if t._device is not None and where.startswith("/job:localhost/replica:0/task:0/"):
         t._value = backend_for_device(where).asarray(t._value)
 
 

@@ -1,5 +1,6 @@
 """Where graph nodes and variables are placed: explicit scope, then colocation with the variable
 an op reads or updates, then the first placed input (as eager ops do), then the default CPU."""
+import numpy as np
 import pytest
 
 import flowlab as fl
@@ -95,3 +96,52 @@ def test_tensors_made_in_a_scope_live_on_its_device():
         assert fl.constant(outside) is outside          # no new tensor: the caller's stays put
     with fl.device("/gpu:7"), pytest.raises(fl.errors.InvalidArgumentError, match="no device"):
         fl.zeros([2])
+
+
+# -- the remote-runner hook (flowlab.cluster registers one while a cluster is open) ---------------
+class _Recorder:
+    """A runner that records what core handed it and answers with a plain local tensor."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, op, inputs, attrs, device):
+        self.calls.append((op.name, device, len(inputs)))
+        return fl.Tensor(np.asarray(-1.0, np.float32))
+
+
+@pytest.fixture
+def recorder():
+    from flowlab.core.device import set_remote_runner
+    r = _Recorder()
+    set_remote_runner(r)
+    yield r
+    set_remote_runner(None)
+
+
+def test_an_op_placed_on_another_task_goes_to_the_registered_runner(recorder):
+    x = fl.constant([1.0, 2.0])
+    with fl.device("/job:worker/task:1"):
+        out = x + 1.0
+    assert out.numpy() == -1.0
+    assert recorder.calls == [("add", "/job:worker/replica:0/task:1/device:CPU:0", 2)]
+
+
+def test_local_ops_never_reach_the_runner(recorder):
+    x = fl.constant([1.0, 2.0])
+    with fl.device("/gpu:1"):
+        y = x * 2.0
+    z = x + 1.0                      # the fast path
+    with fl.device("/job:localhost/task:0"):
+        w = z - 1.0
+    assert recorder.calls == []
+    assert y.numpy().tolist() == [2.0, 4.0] and w.numpy().tolist() == [1.0, 2.0]
+
+
+def test_without_a_runner_the_plain_error_remains():
+    from flowlab.core.device import remote_runner
+    assert remote_runner() is None
+    x = fl.constant([1.0])
+    with fl.device("/job:worker/task:1"), pytest.raises(RemoteDeviceError, match="needs a cluster") as info:
+        x + 1.0
+    assert "test_placement.py" in str(info.value)

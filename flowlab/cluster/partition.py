@@ -1,0 +1,247 @@
+"""Graphs across tasks: split a graph by task, turn cross-task edges into send/recv pairs, run.
+
+``Session(target)`` (``flowlab.compat.v1``) asks :func:`connect` for the cluster behind a target
+and ``plan(graph, fetches, feeds)`` for a :class:`PartitionedPlan`. Planning:
+
+1. the nodes the fetches need, as a local session would run them (no graph passes: a node keeps
+   the device its author gave it);
+2. each node's task: its ``fl.device`` job and task; fields left out come from the master (the
+   task the session's target names), as in TensorFlow, so unplaced nodes run on the master; a
+   node that reads or updates a variable placed on a task runs on that task;
+3. per task, its nodes in graph order. An edge from a node on task A to a node on task B makes A
+   send the value to B once it is computed (B stores it on arrival; no client in between) and B
+   wait for it before the node that needs it: a send/recv pair. A fed value travels from the
+   client to each task that reads it. Variables travel as references: each task keeps the
+   variables its nodes read and assign, so a variable placed on a ps task lives there.
+
+Running sends every task its partition at once; they run concurrently and each returns the fetched
+values it computed. If one task fails the others are told to stop waiting, and the error names the
+node, its op, the line that made it and the task. Partitions travel as data: op names from the op
+table, attributes and input indices, pickled only inside signed messages.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..core.errors import InvalidArgumentError
+from .errors import ClusterError, ClusterTimeoutError, RemoteError
+from .protocol import dumps, new_id
+from .spec import ClusterSpec, parse_task, task_name
+from .task_exec import VarRef
+
+__all__ = ["connect", "Connection", "PartitionedPlan", "task_of"]
+
+_VAR_PREFIX = f"{os.getpid()}-{os.urandom(3).hex()}"
+RUN_TIMEOUT = 300.0      # seconds a run may take when no liveness monitor watches the tasks
+
+
+class NoClusterError(ClusterError, NotImplementedError):
+    """A session target with no cluster behind it that this process can reach (a NotImplementedError
+    too, as core's RemoteDeviceError is: running elsewhere needs a cluster)."""
+
+
+def _normalise_target(target: str) -> str:
+    for scheme in ("flowlab://", "grpc://"):
+        if target.startswith(scheme):
+            address = target[len(scheme):]
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit():
+                break
+            return f"{'127.0.0.1' if host == 'localhost' else host}:{port}"
+    raise ValueError(f"Session target {target!r} is not a cluster address: use cluster.target "
+                     f"(flowlab://127.0.0.1:PORT) or the TensorFlow spelling grpc://HOST:PORT")
+
+
+class Connection:
+    """A client to every task of a cluster, and which task is the master (the target's)."""
+
+    def __init__(self, client, spec: ClusterSpec, master: str, owned: bool, monitored: bool):
+        self.client, self.spec, self.master, self.owned = client, spec, master, owned
+        self.timeout = None if monitored else RUN_TIMEOUT
+        self.tasks = set(spec.tasks())
+
+    def close(self):
+        if self.owned:
+            self.client.close()
+
+    def plan(self, graph, fetches, feeds, soft: bool = False) -> "PartitionedPlan":
+        return PartitionedPlan(self, graph, fetches, feeds, soft)
+
+
+def connect(target: str, timeout: float = 10.0) -> Connection:
+    """The cluster behind a session target: a LocalCluster of this process with that target, or
+    else the tasks found by asking the server at that address (key from ``FLOWLAB_CLUSTER_KEY``)."""
+    from .local import cluster_for_target
+
+    address = _normalise_target(target)
+    cluster = cluster_for_target(f"flowlab://{address}")
+    if cluster is not None and not cluster.closed:
+        return Connection(cluster.client, cluster.spec, cluster.tasks[0], owned=False, monitored=True)
+    from .client import Client
+    from .server import key_from_env
+
+    key = key_from_env()
+    if key is None:
+        raise NoClusterError(f"Session({target!r}): no LocalCluster of this process has that target, and no cluster "
+                           f"key is set to reach one started elsewhere (set FLOWLAB_CLUSTER_KEY, the hex key its "
+                           f"servers were started with, or use the target of a running LocalCluster)")
+    client = Client(key, name="session")
+    try:
+        probe = "/job:_target/task:0"
+        try:
+            client.add(probe, address, timeout=timeout)
+        except ClusterTimeoutError:
+            raise ClusterError(f"Session({target!r}): no flowlab server answered at {address} within {timeout:g} s; "
+                               f"start the cluster's servers first (tf.train.Server(cluster, job_name=..., "
+                               f"task_index=...) in each process)") from None
+        hello = client.request(probe, "hello", timeout=timeout).body
+        cluster = client.request(probe, "cluster", timeout=timeout).body.get("cluster")
+        client.remove(probe)
+        if not cluster:
+            spec = ClusterSpec({parse_task(hello["task"])[0]: {parse_task(hello["task"])[1]: address}})
+        else:
+            spec = ClusterSpec({j: ({int(i): a for i, a in t.items()} if isinstance(t, dict) else t)
+                                for j, t in cluster.items()})
+        for task in spec.tasks():
+            client.add(task, address if task == hello["task"] else spec.address_of(task), timeout=timeout)
+    except BaseException:
+        client.close()
+        raise
+    return Connection(client, spec, hello["task"], owned=True, monitored=False)
+
+
+def task_of(node, master: str) -> tuple[str, str]:
+    """(task, device on that task) for a node: its device's job and task, the master's where unset.
+    A node that reads or updates a variable placed on a task runs there (it is colocated with the
+    variable, whatever scope it was made in), as in TensorFlow."""
+    spec = node.device
+    variable = node.attrs.get("variable") if node.attrs else None
+    if variable is not None and isinstance(getattr(variable, "_device", None), str) \
+            and not variable._device.startswith("/job:localhost/"):
+        from ..core.device import as_spec
+        spec = as_spec(variable._device)
+    mjob, mindex = parse_task(master)
+    if not spec:
+        return master, "/device:CPU:0"
+    job = spec.job if spec.job not in (None, "localhost") else mjob
+    index = spec.task if spec.task is not None else (mindex if job == mjob else 0)
+    dev = f"/device:{spec.device_type or 'CPU'}:{spec.device_index or 0}"
+    return task_name(job, index), dev
+
+
+def _wire_attrs(attrs):
+    """Attributes as they travel: variables become references (each task keeps its own)."""
+    if not attrs:
+        return {}
+    out = dict(attrs)
+    for k, v in attrs.items():
+        if k == "variable" and hasattr(v, "_id"):
+            out[k] = VarRef(f"{_VAR_PREFIX}-{v._id}", getattr(v, "_name", "Variable"), v._value.shape,
+                            v._value.dtype)
+    return out
+
+
+class PartitionedPlan:
+    """The per-task partitions that compute ``fetches`` from ``feeds``; call it with the fed arrays.
+    ``nodes``: the graph nodes it runs; ``partitions``: {task: [node names]} (for display)."""
+
+    def __init__(self, conn: Connection, graph, fetches, feeds, soft=False):
+        self.conn, self.graph, self.soft = conn, graph, soft
+        self.fetches, self.feeds = list(fetches), list(feeds)
+        fed = {id(t.node): i for i, t in enumerate(self.feeds)}
+        needed, stack = set(), [t.node for t in self.fetches]
+        while stack:
+            node = stack.pop()
+            if node.index in needed:
+                continue
+            needed.add(node.index)
+            if id(node) not in fed:
+                stack.extend(t.node for t in node.inputs)
+        self.nodes = [n for n in graph.nodes if n.index in needed and id(n) not in fed]
+        for n in self.nodes:
+            if n.op.name == "placeholder":
+                raise InvalidArgumentError(f"placeholder {n.output.name} must be fed a value (it is needed for "
+                                           f"{', '.join(t.name for t in self.fetches)}): pass it in feed_dict",
+                                           op="placeholder")
+        where, entries, feeds_of, recvs = {}, {}, {}, set()
+        self._position = {}       # node index -> its place in its task's partition
+        for n in self.nodes:
+            task, dev = task_of(n, conn.master)
+            if task not in conn.tasks:
+                raise InvalidArgumentError(
+                    f"node {n.name} (made at {n.source}) is placed on {task}, which this cluster does not have "
+                    f"(it has {sorted(conn.tasks)}): the job names in fl.device / tf.device strings must match "
+                    f"the ClusterSpec's", op=n.op.name, source=n.source)
+            where[n.index] = task
+            part = entries.setdefault(task, [])
+            for t in n.inputs:
+                src = t.node
+                if id(src) in fed:
+                    feeds_of.setdefault(task, {})[src.index] = fed[id(src)]
+                elif where[src.index] != task and (src.index, task) not in recvs:
+                    recvs.add((src.index, task))
+                    owner = where[src.index]
+                    entries[owner][self._position[src.index]][7].append(task)
+                    part.append([src.index, "", None, [], src.name, src.source, "", [], owner])
+            self._position[n.index] = len(part)
+            part.append([n.index, n.op.name, _wire_attrs(n.attrs), [t.node.index for t in n.inputs], n.name,
+                         n.source, dev, [], None])
+        # what each task returns: the fetches it computes (a fed fetch comes from the client)
+        self._fetch_from = []
+        fetch_of: dict[str, list] = {}
+        for t in self.fetches:
+            if id(t.node) in fed:
+                self._fetch_from.append(("feed", fed[id(t.node)]))
+                continue
+            task = where[t.node.index]
+            lst = fetch_of.setdefault(task, [])
+            if t.node.index not in lst:
+                lst.append(t.node.index)
+            self._fetch_from.append((task, lst.index(t.node.index)))
+        self.partitions = {task: [e[4] if e[8] is None else f"recv {e[4]} from {e[8]}" for e in part]
+                           for task, part in entries.items()}
+        self._messages = {task: (dumps([tuple(e) for e in part]), feeds_of.get(task, {}), fetch_of.get(task, []))
+                          for task, part in entries.items()}
+
+    def __call__(self, *arrays):
+        client, run = self.conn.client, new_id("run")
+        tasks = list(self._messages)
+        pendings = []
+        for task in tasks:
+            nodes, feeds, fetch = self._messages[task]
+            bufs = [nodes]
+            body_feeds = {}
+            for index, i in feeds.items():
+                body_feeds[str(index)] = len(bufs)
+                bufs.append(np.asarray(arrays[i]))    # the transport makes it contiguous (0-d stays 0-d)
+            body = {"run": run, "feeds": body_feeds, "fetch": fetch, "soft": self.soft}
+            pendings.append(client.submit(task, "partition", body, bufs))
+        try:
+            replies = client.results(pendings, self.conn.timeout)
+        except BaseException as e:
+            for task in tasks:   # let the others stop waiting for values that will not come
+                try:
+                    client.submit(task, "abort", {"run": run, "why": f"{type(e).__name__} elsewhere"})
+                except Exception:  # noqa: BLE001 - a dead task cannot be told
+                    pass
+            if isinstance(e, RemoteError):
+                raise InvalidArgumentError(e.remote_message) from None
+            raise
+        got = dict(zip(tasks, replies))
+        out = []
+        for src, i in self._fetch_from:
+            out.append(arrays[i] if src == "feed" else got[src].buffers[i])
+        return tuple(out)
+
+    def pretty(self) -> str:
+        """Each task's partition: its nodes in order, with the receives from other tasks."""
+        lines = []
+        for task, names in self.partitions.items():
+            lines.append(f"{task}:")
+            lines.extend(f"    {n}" for n in names)
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return self.pretty()

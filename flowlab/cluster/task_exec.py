@@ -1,0 +1,274 @@
+"""What a task does for ops sent to it: the handlers behind remote tensors and graph partitions.
+
+- ``op``: run one op on this task (inputs: buffers in the message, values stored here, or values
+  pulled straight from the task that holds them) and keep the result under a key;
+- ``fetch``: send a stored value to whoever asks (another task pulling an input, or a client's
+  ``.numpy()``); ``free``: forget stored values (handles that were garbage-collected);
+- ``partition``: run this task's part of a graph: nodes in order, values that other tasks need
+  sent to them (``value``), values from other tasks waited for; ``abort`` stops a run's waits;
+- ``cluster``: the ClusterSpec this task knows (what ``Session("grpc://...")`` asks first).
+
+Every op, send and receive is recorded in the task's event log. Importing this module is light:
+flowlab's engine and numpy load when the first op arrives.
+"""
+from __future__ import annotations
+
+import time
+
+from . import events as _events
+from .errors import ClusterError
+from .protocol import loads
+from .server import Reply, handler
+from .spec import parse_task, task_name
+
+__all__ = ["VarRef", "local_device", "split_device"]
+
+RECV_TIMEOUT = 120.0      # seconds a partition waits for a value from another task
+
+
+class VarRef:
+    """A variable named in a graph partition: the task keeps one variable per ``uid``."""
+    __slots__ = ("uid", "name", "shape", "dtype")
+
+    def __init__(self, uid, name, shape, dtype):
+        self.uid, self.name, self.shape, self.dtype = uid, name, tuple(shape), dtype
+
+    def __getstate__(self):
+        return (self.uid, self.name, self.shape, self.dtype)
+
+    def __setstate__(self, s):
+        self.uid, self.name, self.shape, self.dtype = s
+
+
+def split_device(device: str) -> tuple[str, str]:
+    """``/job:worker/replica:0/task:1/device:GPU:0`` -> (``/job:worker/task:1``, ``/device:GPU:0``)."""
+    parts = [p for p in device.split("/") if p]
+    job = next((p[4:] for p in parts if p.startswith("job:")), "localhost")
+    task = next((int(p[5:]) for p in parts if p.startswith("task:")), 0)
+    dev = next((p for p in parts if p.startswith("device:")), "device:CPU:0")
+    return task_name(job, task), "/" + dev
+
+
+def local_device(device: str) -> str:
+    return split_device(device)[1]
+
+
+def _engine():
+    """flowlab's engine in this process (a worker starts without it)."""
+    import flowlab
+    flowlab.constant   # noqa: B018 - the first attribute runs flowlab/__init__ in a worker
+    from ..core import execute as ex
+    from ..core.device import device
+    from ..core.tensor import Tensor
+    return ex, device, Tensor
+
+
+def _host(value):
+    import numpy as np
+    if not isinstance(value, np.ndarray):
+        from ..core.backends import to_numpy
+        value = to_numpy(value)
+    return value
+
+
+def _nbytes(value) -> int:
+    return int(getattr(value, "nbytes", 0) or 0)
+
+
+def _pull(server, owner: str, key: str, timeout: float = 60.0):
+    """The value ``key`` of task ``owner``, fetched straight from it (not through any client)."""
+    peers = server.peers()
+    if owner not in peers:
+        if server.spec is None:
+            raise ClusterError(f"{server.name} does not know the cluster yet, so cannot reach {owner}")
+        peers.add(owner, server.spec.address_of(owner))
+    start = _events.now()
+    reply = peers.request(owner, "fetch", {"key": key, "to": server.name}, timeout=timeout)
+    value = reply.buffers[0]
+    server.log.record("recv", key, start, _events.now(), bytes=_nbytes(value), task=server.name,
+                      rank=server.task_index, peer=owner)
+    return value
+
+
+def _variable(server, ref: VarRef):
+    """This task's variable for ``ref``, made (zeros, uninitialized) on first use."""
+    key = f"var/{ref.uid}"
+    if key not in server.store:
+        import numpy as np
+
+        from ..core.tensor import Variable
+        server.store.put(key, Variable(np.zeros(ref.shape, ref.dtype), name=ref.name))
+    return server.store.get(key)
+
+
+def _attrs(server, attrs):
+    if not attrs:
+        return attrs
+    out = None
+    for k, v in attrs.items():
+        if isinstance(v, VarRef):
+            out = out or dict(attrs)
+            out[k] = _variable(server, v)
+    return out or attrs
+
+
+def _where(server, error, device, op_name) -> str:
+    """Why an op failed on this task, in words that name the task (not "this process"); the
+    worker's own source line is left out (the client adds the user's)."""
+    text = "\n".join(line for line in str(error).splitlines() if not line.startswith("  at "))
+    if text.startswith(f"{op_name}: "):
+        text = text[len(op_name) + 2:]
+    if text.startswith("no device ") and "this process has: " in text:
+        have = text.split("this process has: ")[1].split(";")[0]
+        short = ", ".join(h.rpartition("/")[2] for h in have.split(", "))
+        return (f"{server.name} has no {device.lstrip('/')} (it has {short}): make logical GPUs there with "
+                f"cluster.run(lambda: fl.config.set_logical_devices('GPU', 1)), or (in a session) fall back "
+                f"to the CPU with config=tf.ConfigProto(allow_soft_placement=True)")
+    return text
+
+
+@handler("op", inline=False)
+def _op(server, msg):
+    """Body: ``op``, ``device`` (this task's part), ``in`` (refs), ``out`` (key), ``free`` (keys);
+    buffers: the pickled attrs (when ``attrs``), then input values."""
+    ex, device, Tensor = _engine()
+    body, store = msg.body, server.store
+    for key in body.get("free", ()):
+        store.pop(key)
+    op = ex.get_op(body["op"])
+    attrs = _attrs(server, loads(msg.buffers[0])) if body.get("attrs") else {}
+    inputs = []
+    for kind, ref, *owner in body["in"]:
+        if kind == "buf":
+            value = msg.buffers[ref]
+        elif kind == "key":
+            value = store.get(ref)
+        else:            # "pull": the value is on another task
+            value = _pull(server, owner[0], ref)
+        inputs.append(Tensor(value))
+    start = _events.now()
+    try:
+        with device(body["device"]):
+            out = ex.execute(op, inputs, attrs)
+    except Exception as e:
+        raise ClusterError(f"{op.name} on {server.name}{body['device']}: "
+                           f"{_where(server, e, body['device'], op.name)}") from None
+    value = out._value
+    store.put(body["out"], value)
+    server.log.record("op", op.name, start, _events.now(), bytes=_nbytes(value), task=server.name,
+                      rank=server.task_index, device=body["device"])
+    return {"shape": list(value.shape), "dtype": value.dtype.str}
+
+
+@handler("fetch")
+def _fetch(server, msg):
+    start = _events.now()
+    value = _host(server.store.get(msg.body["key"]))
+    to = msg.body.get("to", "client")
+    server.log.record("send", msg.body["key"], start, _events.now(), bytes=_nbytes(value), task=server.name,
+                      rank=server.task_index, peer=to)
+    return Reply({}, [value])
+
+
+@handler("free")
+def _free(server, msg):
+    for key in msg.body.get("keys", ()):
+        server.store.pop(key)
+
+
+@handler("cluster")
+def _cluster(server, msg):
+    return {"task": server.name, "cluster": server.spec.as_dict() if server.spec else None}
+
+
+@handler("value")
+def _value(server, msg):
+    """A value another task computed for a partition of this one (the receiving half of a send/recv
+    pair): stored under ``key`` for the partition waiting on it."""
+    body = msg.body
+    server.store.put(body["key"], msg.buffers[0])
+    now = _events.now()
+    server.log.record("recv", body.get("name", body["key"]), body.get("sent", now), now, bytes=msg.nbytes,
+                      task=server.name, rank=server.task_index, peer=body.get("from_task", msg.sender),
+                      run=body["key"].partition("/")[0])
+
+
+@handler("abort")
+def _abort(server, msg):
+    server.store.put(f"abort/{msg.body['run']}", msg.body.get("why", "aborted"))
+
+
+def _wait(server, run, key, source, timeout):
+    """A value another task sends for this run; stops early if the run is aborted."""
+    deadline = time.monotonic() + timeout
+    store = server.store
+    while True:
+        try:
+            return store.wait(key, 0.2)
+        except TimeoutError:
+            why = store.pop(f"abort/{run}")
+            if why is not None:
+                raise ClusterError(f"{server.name}: the run was stopped while waiting for {key} from {source} "
+                                   f"({why})") from None
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{server.name} waited {timeout:g} s for {key} from {source}, which never "
+                                   f"came") from None
+
+
+@handler("partition", inline=False)
+def _partition(server, msg):
+    """Run this task's nodes of a graph. Body: ``run`` (id), ``feeds`` {node: buffer}, ``fetch``
+    [node], ``soft`` (allow soft placement); buffer 0: the pickled nodes, each
+    ``(index, op, attrs, inputs, name, source, device, send_to, recv_from)``."""
+    ex, device, Tensor = _engine()
+    from ..core.config import logical_device_count
+
+    body, store = msg.body, server.store
+    run = body["run"]
+    nodes = loads(msg.buffers[0])
+    timeout = body.get("timeout", RECV_TIMEOUT)
+    env = {int(i): msg.buffers[b] for i, b in body.get("feeds", {}).items()}
+    peers = None
+    try:
+        for index, op_name, attrs, ins, name, source, dev, send_to, recv_from in nodes:
+            if recv_from is not None:
+                env[index] = _wait(server, run, f"{run}/{index}", recv_from, timeout)
+            elif index not in env:
+                op = ex.get_op(op_name)
+                start = _events.now()
+                kind, _, number = dev.rpartition(":")
+                if body.get("soft") and int(number) >= logical_device_count(kind.rpartition(":")[2]):
+                    dev = "/device:CPU:0"
+                try:
+                    with device(dev):
+                        out = ex.execute(op, [Tensor(env[i]) for i in ins], _attrs(server, attrs))
+                except Exception as e:
+                    raise ClusterError(f"node {name} ({op_name}, made at {source}) failed on {server.name}"
+                                       f"{dev}: {_where(server, e, dev, op_name)}") from None
+                env[index] = out._value
+                server.log.record("op", name, start, _events.now(), bytes=_nbytes(out._value), task=server.name,
+                                  rank=server.task_index, device=dev, run=run)
+            for to in send_to:
+                if peers is None:
+                    peers = server.peers()
+                if to not in peers:
+                    peers.add(to, server.spec.address_of(to))
+                value = _host(env[index])
+                start = _events.now()
+                peers.request(to, "value", {"key": f"{run}/{index}", "name": name, "from_task": server.name,
+                                            "sent": start}, [value], timeout=timeout)
+                server.log.record("send", name, start, _events.now(), bytes=_nbytes(value), task=server.name,
+                                  rank=server.task_index, peer=to, run=run)
+    finally:
+        for index, *_, recv_from in nodes:
+            if recv_from is not None:
+                store.pop(f"{run}/{index}")
+        store.pop(f"abort/{run}")
+    fetched = [_host(env[int(i)]) for i in body.get("fetch", ())]
+    return Reply({}, fetched)
+
+
+def owner_of(device: str) -> str:
+    """The task name of a full device string."""
+    job, index = parse_task(split_device(device)[0])
+    return task_name(job, index)
