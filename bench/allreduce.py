@@ -19,7 +19,10 @@ Each figure is the median over iterations of the slowest rank's time for one all
 data (sum), with a barrier before each iteration; bus bandwidth is ``bytes * 2(N-1)/N / time`` (the
 traffic a bandwidth-optimal allreduce must move per rank). Before timing, every row's result is
 checked; the exit status is 1 only when a result is wrong (CHECK FAILED), never for a timing.
-Rows for ranks as ZeroMQ processes (the cluster transport) will come with its adapter.
+
+- ``flowlab zmq ALG``: ranks are the worker processes of a ``LocalCluster``, talking worker to
+  worker over the cluster's ZeroMQ transport (``ZmqCommunicator``, signed messages): what
+  ``cluster.run(fn)``, ``MultiWorkerMirroredStrategy`` and ``flowlab run`` use.
 """
 from __future__ import annotations
 
@@ -104,6 +107,33 @@ def run_threads(n, mode):
 
     with C.LocalGroup(n) as group:
         per_rank = group.run(body, join_timeout=WORKER_TIMEOUT_S)
+    return {key: (slowest_median([r[key][0] for r in per_rank]), all(r[key][1] for r in per_rank))
+            for key in per_rank[0]}
+
+
+# -- flowlab over ZeroMQ between LocalCluster workers -----------------------------------------------------
+def zmq_body(mode):
+    import flowlab as fl
+    from flowlab.cluster import collectives as C
+
+    r, n = fl.cluster.rank(), fl.cluster.world_size()
+    res = {}
+    for label in mode["sizes"]:
+        nbytes = SIZES[label]
+        x = data(nbytes, r)
+        for alg in ALGS:
+            ok = correct(C.allreduce(x, "sum", alg, timeout=DEADLINE_S), n)
+            times = timed(lambda: C.allreduce(x, "sum", alg, timeout=DEADLINE_S),
+                          lambda: C.barrier(timeout=DEADLINE_S), mode["iters"][nbytes], mode["warmup"])
+            res[f"flowlab zmq {alg}", label] = (times, ok)
+    return res
+
+
+def run_zmq(n, mode):
+    import flowlab as fl
+
+    with fl.cluster.LocalCluster(workers=n) as cluster:
+        per_rank = cluster.run(zmq_body, mode, timeout=WORKER_TIMEOUT_S)
     return {key: (slowest_median([r[key][0] for r in per_rank]), all(r[key][1] for r in per_rank))
             for key in per_rank[0]}
 
@@ -252,7 +282,7 @@ def busbw(nbytes, n, s):
 
 def report(n, sizes, results, skipped):
     rows = [f"flowlab threads {a}" for a in ALGS] + [f"flowlab mpi {a}" for a in [*ALGS, "native"]] + [
-        "mpi4py Allreduce", "torch gloo"]
+        "mpi4py Allreduce", "torch gloo"] + [f"flowlab zmq {a}" for a in ALGS]
     lines = [f"== {n} ranks =="]
     lat = [[row] + [fmt_time(results.get((row, s), (None,))[0]) for s in sizes] for row in rows]
     lines += Cm.table(["latency"] + sizes, lat)
@@ -293,6 +323,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="smoke run: 2 ranks, small sizes, few iterations")
     p.add_argument("--no-torch", action="store_true", help="skip torch even when installed")
     p.add_argument("--no-mpi", action="store_true", help="skip MPI even when installed")
+    p.add_argument("--no-zmq", action="store_true", help="skip the LocalCluster (ZeroMQ) rows")
     p.add_argument("--json", help="also write the figures (seconds) to this file")
     p.add_argument("--worker", choices=["mpi", "torch"], help=argparse.SUPPRESS)
     p.add_argument("--mode", default="full", help=argparse.SUPPRESS)
@@ -315,7 +346,9 @@ def main(argv=None):
     failed, dump = [], {}
     for n in mode["ranks"]:
         results, skipped = run_threads(n, mode), {}
-        for name, why, runner in (("mpi", mpi_why, run_mpi), ("torch gloo", torch_why, run_torch)):
+        zmq_why = "--no-zmq" if args.no_zmq else None
+        for name, why, runner in (("zmq", zmq_why, lambda n, _: run_zmq(n, mode)), ("mpi", mpi_why, run_mpi),
+                                  ("torch gloo", torch_why, run_torch)):
             if why:
                 skipped[name] = why
                 continue

@@ -38,7 +38,9 @@ def load_ipython_extension(ipython):
 def __getattr__(name):
     lazy = {"compat": ".compat",        # ``fl.compat.v1``: the TF1 API
             "keras": ".nn.keras",         # ``fl.keras``: layers, models, fit
-            "cluster": ".cluster"}        # ``fl.cluster``: LocalCluster, transport, events
+            "cluster": ".cluster",        # ``fl.cluster``: LocalCluster, transport, events
+            "distribute": ".distribute",  # ``fl.distribute``: strategies
+            "horovod": ".horovod"}        # ``flowlab.horovod``: the Horovod-style API
     if name in lazy:   # imported on first use
         import importlib
         return importlib.import_module(lazy[name], __name__)

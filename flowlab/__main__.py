@@ -1,5 +1,6 @@
 """The ``flowlab`` command. ``flowlab info`` says what this installation can do; ``flowlab worker``
-runs one task of a cluster from a shell."""
+runs one task of a cluster from a shell; ``flowlab run -np N script.py`` runs a script on N local
+ranks (as ``horovodrun`` does)."""
 from __future__ import annotations
 
 import argparse
@@ -77,6 +78,16 @@ def _worker(args) -> int:
     return serve_task(spec, job, index, key, bind=args.bind)
 
 
+def _run(args) -> int:
+    """``script`` on ``args.np`` local ranks, their output prefixed by rank."""
+    from flowlab.cluster.collectives.launch import launch
+
+    if args.np < 1:
+        print(f"flowlab run: -np must be at least 1 (got {args.np})", file=sys.stderr)
+        return 2
+    return launch(args.np, args.script, args.args)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="flowlab", description="Learn and try out distributed deep learning.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
@@ -95,6 +106,15 @@ def main(argv=None) -> int:
                         help="address to listen on (default 127.0.0.1; another one prints a warning)")
     worker.add_argument("--key-file", default=None, metavar="PATH", help="file holding the cluster key (hex)")
     worker.set_defaults(run=_worker)
+    run = commands.add_parser(
+        "run", help="run a script on N local ranks (like horovodrun)",
+        description="Start N processes of SCRIPT on this machine, joined as one group: inside, "
+                    "fl.cluster.rank()/world_size(), the collectives and flowlab.horovod work. Output is "
+                    "prefixed by rank; if a rank fails, the others are ended and its status is returned.")
+    run.add_argument("-np", "--np", type=int, required=True, metavar="N", help="number of ranks")
+    run.add_argument("script", help="the Python script to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    run.set_defaults(run=_run)
     args = parser.parse_args(argv)
     if args.version:
         import flowlab

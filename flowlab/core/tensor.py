@@ -9,7 +9,9 @@ Operator overloads (``+``, ``@``, ``[]``...) are attached by the op table entrie
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import threading
 
 import numpy as np
 
@@ -194,6 +196,9 @@ class Variable(Tensor):
         self.trainable = bool(trainable)
         self._id = next(_variable_ids)
         self._name = name or "Variable"
+        creators = getattr(_creators, "stack", None)
+        if creators:   # a strategy's scope wants to see (and may adjust) every variable made in it
+            creators[-1](self)
 
     @property
     def name(self) -> str:
@@ -322,6 +327,21 @@ def convert_to_tensor(value, dtype=None, dtype_hint=None) -> Tensor:
         from .backends import device_of_array
         return Tensor(value, device_of_array(value))
     return Tensor(_python_array(value, want if want is not None else _dtypes.numpy_dtype(dtype_hint)))
+
+
+_creators = threading.local()
+
+
+@contextlib.contextmanager
+def variable_creator_scope(fn):
+    """Inside the block, ``fn(variable)`` runs after each Variable this thread creates (the innermost
+    scope's ``fn`` only). Distribution strategies use it to mirror or place variables."""
+    stack = _creators.__dict__.setdefault("stack", [])
+    stack.append(fn)
+    try:
+        yield
+    finally:
+        stack.pop()
 
 
 def in_scope(t: Tensor) -> Tensor:

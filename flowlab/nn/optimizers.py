@@ -21,6 +21,16 @@ from ..core.tensor import Tensor, Variable, convert_to_tensor
 __all__ = ["Optimizer", "SGD", "Adam", "Adadelta", "RMSprop", "get"]
 
 
+_replica_hook = None   # set by flowlab.distribute: hook(optimizer, grads_and_vars, apply) -> result
+
+
+def set_replica_hook(hook) -> None:
+    """Route every ``apply_gradients`` through ``hook(optimizer, grads_and_vars, apply)``, which calls
+    ``apply(optimizer, grads_and_vars)`` itself (after an all-reduce, in a replica); None removes it."""
+    global _replica_hook
+    _replica_hook = hook
+
+
 class Optimizer:
     """Base class: keeps per-variable slots and the step count; subclasses give ``_update``."""
 
@@ -67,12 +77,18 @@ class Optimizer:
     def apply_gradients(self, grads_and_vars):
         """Apply one step: ``grads_and_vars`` is an iterable of (gradient, variable). Pairs whose
         gradient is None are skipped (with a warning if every gradient is None). Inside
-        ``@fl.function`` each update becomes a node that runs when the graph runs."""
+        ``@fl.function`` each update becomes a node that runs when the graph runs. Inside a
+        distribution strategy's replica, the strategy combines the replicas' gradients first."""
+        if _replica_hook is not None:
+            return _replica_hook(self, grads_and_vars, Optimizer._apply)
+        return self._apply(grads_and_vars)
+
+    def _apply(self, grads_and_vars):
         pairs = list(grads_and_vars)
         live = [(g, v) for g, v in pairs if g is not None]
         if pairs and not live:
             warnings.warn(f"{self.name}: no gradients for any variable ({[v.name for _, v in pairs]}); "
-                          "is the loss computed from them inside the GradientTape?", stacklevel=2)
+                          "is the loss computed from them inside the GradientTape?", stacklevel=3)
         for g, v in live:
             if not isinstance(v, Variable):
                 raise TypeError(f"{self.name}.apply_gradients: expected a Variable, got {type(v).__name__}; "

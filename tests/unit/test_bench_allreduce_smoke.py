@@ -11,7 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "allreduce.py"
 ROWS = ["flowlab threads ring", "flowlab threads tree", "flowlab threads naive", "flowlab mpi ring",
-        "flowlab mpi tree", "flowlab mpi naive", "flowlab mpi native", "mpi4py Allreduce", "torch gloo"]
+        "flowlab mpi tree", "flowlab mpi naive", "flowlab mpi native", "mpi4py Allreduce", "torch gloo",
+        "flowlab zmq ring", "flowlab zmq tree", "flowlab zmq naive"]
 TIME = r"(\d+ us|\d+\.\d\d ms|\d+\.\d\d s|n/a)"
 GBPS = r"(\d+\.\d{3}|n/a)"
 

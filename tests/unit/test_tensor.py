@@ -474,3 +474,15 @@ def test_tensor_shape_compatibility():
 def test_tensor_shape_none_is_rejected():
     with pytest.raises(ValueError):
         fl.TensorShape(None)
+
+
+def test_variable_creator_scope_sees_each_new_variable_innermost_only():
+    from flowlab.core.tensor import variable_creator_scope
+    outer, inner = [], []
+    with variable_creator_scope(outer.append):
+        a = fl.Variable(1.0)
+        with variable_creator_scope(inner.append):
+            b = fl.Variable(2.0)
+        c = fl.Variable(3.0)
+    fl.Variable(4.0)
+    assert outer == [a, c] and inner == [b]

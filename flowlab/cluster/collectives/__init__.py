@@ -1,6 +1,7 @@
 """Collectives (allreduce, broadcast, allgather, reduce_scatter, barrier) with ring, tree and naive
 algorithms, written once against a small point-to-point :class:`Communicator` and run over threads
-(:class:`LocalGroup`), MPI (:class:`MPICommunicator`, under ``mpiexec``) or the cluster's transport.
+(:class:`LocalGroup`), MPI (:class:`MPICommunicator`, under ``mpiexec``) or the cluster's transport
+(:class:`ZmqCommunicator`: between the worker processes of a LocalCluster or of ``flowlab run``).
 
 Every message a collective sends or receives, and every reduction step, is an event in
 ``flowlab.cluster.events`` (kind ``send``/``recv``/``reduce``, attrs ``peer``, ``step``, ``chunk``,
@@ -22,6 +23,9 @@ def __getattr__(name):
     if name == "MPICommunicator":   # imported on first use only: it needs mpi4py
         from .mpi import MPICommunicator
         return MPICommunicator
+    if name == "ZmqCommunicator":   # the cluster's transport between worker processes (pyzmq)
+        from .zmq import ZmqCommunicator
+        return ZmqCommunicator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -45,13 +45,15 @@ that large messages are cut into for pipelining.
 
 Which communicator a collective uses when none is passed: the one made current in this thread
 by :func:`use` (``LocalGroup.run`` does this), else the process default set by
-:func:`set_default` (a cluster worker sets it), else MPI's world when this process was started
+:func:`set_default`, else, in a task of a cluster (a LocalCluster worker, a rank of ``flowlab
+run``), the ZeroMQ communicator among the tasks of its job (:mod:`.zmq`), else MPI's world when this process was started
 by ``mpiexec`` with more than one rank, else a group of one (this process alone).
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from typing import Sequence
 
@@ -131,13 +133,31 @@ def current() -> Communicator:
     stack = getattr(_local, "stack", None)
     if stack:
         return stack[-1]
-    global _default
     if _default is not None:
         return _default
+    srv = _cluster_server()
+    if srv is not None:
+        from .zmq import for_server
+        return for_server(srv)
+    global _world_comm
     with _default_lock:
-        if _default is None:
-            _default = _world()
-        return _default
+        if _world_comm is None:
+            _world_comm = _world()
+        return _world_comm
+
+
+_world_comm: Communicator | None = None
+
+
+def _cluster_server():
+    """The server of the cluster task this code runs in (one that knows its cluster), else None."""
+    mod = sys.modules.get("flowlab.cluster.server")
+    if mod is None:
+        return None
+    srv = mod.current_server()
+    if srv is None or srv.spec is None or os.environ.get("FLOWLAB_COMM", "").lower() in ("self", "mpi"):
+        return None
+    return srv
 
 
 def _world() -> Communicator:

@@ -1,0 +1,281 @@
+"""``ParameterServerStrategy``: variables live on ``ps`` tasks, workers update them asynchronously,
+and a :class:`ClusterCoordinator` in this process schedules steps on the workers.
+
+>>> cluster = fl.cluster.LocalCluster(workers=2, ps=1)                       # doctest: +SKIP
+>>> strategy = fl.distribute.ParameterServerStrategy(cluster)                # doctest: +SKIP
+>>> with strategy.scope():                                                   # doctest: +SKIP
+...     w = fl.Variable(...); opt = fl.optimizers.SGD(0.1)                   # placed on the ps tasks
+>>> coordinator = fl.distribute.ClusterCoordinator(strategy)                 # doctest: +SKIP
+>>> coordinator.schedule(step_fn, args=(batch,))                             # doctest: +SKIP
+>>> coordinator.join()                                                       # doctest: +SKIP
+
+- Variables created in ``scope()`` are spread round-robin over the ps tasks (each keeps them in
+  its store, with a version number that counts its updates).
+- ``schedule(fn, args)`` sends ``fn`` to the worker with the fewest steps in flight and returns a
+  :class:`RemoteValue` at once. On the worker, the step first reads (pulls) the variables it uses
+  from their ps tasks, then runs ``fn``; ``optimizer.apply_gradients`` inside it pushes the
+  gradients to the ps tasks, which apply them with their own copy of the optimizer, one push at a
+  time. Nothing waits for other workers: that is the asynchrony.
+- Staleness is observable: a push records, for each variable, how many updates other workers made
+  between this step's read and its push (``strategy.staleness()``): 0 with one worker, often more
+  with several.
+- ``coordinator.join()`` waits for every scheduled step and refreshes this process's copies of
+  the variables from the ps tasks (``strategy.pull()`` does that alone).
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..core.tensor import variable_creator_scope
+from .strategy import Strategy, _tls
+
+__all__ = ["ParameterServerStrategy", "ClusterCoordinator", "RemoteValue"]
+
+
+# -- on a ps task (handlers installed by the coordinator) -------------------------------------------
+class _PSState:
+    def __init__(self):
+        self.vars: dict = {}        # key -> fl.Variable
+        self.versions: dict = {}    # key -> updates applied
+        self.optimizers: dict = {}  # the coordinator's optimizer id -> this task's copy
+        self.staleness: list = []   # one entry per (push, variable)
+
+
+def _ps_install():
+    from ..cluster.server import current_server
+    srv = current_server()
+    st = srv._ps_state = getattr(srv, "_ps_state", None) or _PSState()
+    srv.register("ps_create", lambda s, m: _ps_create(st, m), inline=True)
+    srv.register("ps_read", lambda s, m: _ps_read(st, m), inline=True)
+    srv.register("ps_push", lambda s, m: _ps_push(st, m), inline=True)
+    srv.register("ps_stats", lambda s, m: {"staleness": st.staleness, "versions": st.versions}, inline=True)
+    return srv.name
+
+
+def _ps_create(st, msg):
+    from ..core.tensor import Variable
+    key = msg.body["key"]
+    st.vars[key] = Variable(np.array(msg.buffers[0]), name=key)
+    st.versions[key] = 0
+
+
+def _ps_read(st, msg):
+    from ..cluster.server import Reply
+    keys = msg.body["keys"]
+    return Reply({"versions": [st.versions[k] for k in keys]}, [np.array(st.vars[k]._value) for k in keys])
+
+
+def _ps_push(st, msg):
+    from ..cluster.protocol import loads
+    body = msg.body
+    opt = st.optimizers.get(body["opt"])
+    if opt is None:
+        opt = st.optimizers[body["opt"]] = loads(msg.buffers[0])
+    keys = body["keys"]
+    grads = msg.buffers[1:]
+    for k, read in zip(keys, body["read"]):
+        st.staleness.append(st.versions[k] - read)
+    opt.apply_gradients([(np.array(g), st.vars[k]) for g, k in zip(grads, keys)])
+    for k in keys:
+        st.versions[k] += 1
+
+
+# -- the strategy -----------------------------------------------------------------------------------
+class ParameterServerStrategy(Strategy):
+    """Asynchronous training with variables on the ``ps`` tasks of ``cluster`` (a LocalCluster
+    with ``ps >= 1``); see the module docstring. On a worker, inside a scheduled step, it is the
+    strategy of that one replica."""
+
+    def __init__(self, cluster_resolver, variable_partitioner=None):
+        super().__init__(["/cpu:0"])
+        cluster = cluster_resolver
+        self._cluster = cluster
+        self._ps = [t for t in cluster.tasks if t.startswith("/job:ps/")]
+        if not self._ps:
+            raise ValueError("ParameterServerStrategy needs a cluster with ps tasks, e.g. LocalCluster(workers=2, ps=1)")
+        self._workers = list(cluster.workers)
+        self._handles: dict = {}          # variable id -> (ps task, key)
+        self._variables: dict = {}        # variable id -> the coordinator's Variable
+        self._next = itertools.count()
+        for t in self._ps:
+            cluster.call(t, _ps_install, timeout=60)
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        return 1      # asynchronous: no replicas wait for one another
+
+    def __getstate__(self):
+        # what a worker needs: where each variable lives (not the cluster or the coordinator's copies)
+        return {"_handles": self._handles, "_devices": ["/cpu:0"], "_num_local": 1, "_comm": None,
+                "_num_workers": 1, "_worker": 0, "_algorithm": "ring", "_timeout": self._timeout,
+                "_cluster": None, "_ps": self._ps, "_workers": self._workers, "_variables": {}}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.extended = self
+
+    @property
+    def parameter_devices(self) -> tuple:
+        return tuple(self._ps)
+
+    def scope(self):
+        return _PSScope(self)
+
+    def _on_variable_created(self, v):
+        task = self._ps[next(self._next) % len(self._ps)]
+        key = f"var{v._id}"
+        self._cluster.client.request(task, "ps_create", {"key": key}, [np.array(v._value, order="C")], timeout=60)
+        self._handles[v._id] = (task, key)
+        self._variables[v._id] = v
+
+    def placement(self, variable) -> str:
+        """The ps task that holds ``variable``."""
+        return self._handles[variable._id][0]
+
+    # -- on a worker ----------------------------------------------------------------------------
+    def _peers(self):
+        from ..cluster.server import current_server
+        srv = current_server()
+        peers = srv.peers()
+        for t in self._ps:
+            if t not in peers:
+                peers.add(t, srv.spec.address_of(t))
+        return peers
+
+    def _pull_on_worker(self, variables, handles):
+        """Refresh ``variables`` (unpickled copies: known here by identity, ``handles[i]`` says
+        where ``variables[i]`` lives) from their ps tasks; remember the versions read."""
+        peers = self._peers()
+        self._local = {id(v): h for v, h in zip(variables, handles)}
+        by_task: dict = {}
+        for v, (task, key) in zip(variables, handles):
+            by_task.setdefault(task, []).append((v, key))
+        read = {}
+        for task, items in by_task.items():
+            reply = peers.request(task, "ps_read", {"keys": [k for _, k in items]}, timeout=self._timeout)
+            for (v, key), arr, ver in zip(items, reply.buffers, reply.body["versions"]):
+                v._value = np.array(arr)
+                read[id(v)] = ver
+        self._read = read
+
+    def _apply_in_replica(self, ctx, optimizer, apply, grads_and_vars):
+        from ..cluster.protocol import dumps
+        from ..core.tensor import convert_to_tensor
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        local = getattr(self, "_local", {})
+        unknown = [v.name for _, v in pairs if id(v) not in local]
+        if unknown:
+            raise ValueError(f"variables {unknown} were not created in ParameterServerStrategy.scope(), so no "
+                             f"ps task holds them")
+        peers = self._peers()
+        by_task: dict = {}
+        for g, v in pairs:
+            task, key = local[id(v)]
+            by_task.setdefault(task, []).append((np.array(convert_to_tensor(g)._value, order="C"), v, key))
+        code = dumps(optimizer)
+        # the optimizer's name on the ps tasks: its step counter's place when it was made in scope()
+        # (the same on every worker and step), else its settings
+        held = local.get(id(optimizer.iterations))
+        opt_key = held[1] if held else f"{type(optimizer).__name__}{sorted(optimizer.get_config().items())}"
+        pending = [peers.submit(task, "ps_push", {"opt": opt_key, "keys": [k for _, _, k in items],
+                                                  "read": [self._read.get(id(v), 0) for _, v, _ in items]},
+                                [code, *[g for g, _, _ in items]]) for task, items in by_task.items()]
+        peers.results(pending, self._timeout)
+        return optimizer.iterations
+
+    # -- on the coordinator ------------------------------------------------------------------------
+    def pull(self) -> None:
+        """Give this process's variables the values they have on the ps tasks now."""
+        client = self._cluster.client
+        for vid, (task, key) in self._handles.items():
+            reply = client.request(task, "ps_read", {"keys": [key]}, timeout=60)
+            self._variables[vid]._value = np.array(reply.buffers[0])
+
+    def staleness(self) -> list:
+        """Per pushed variable update, in order per ps task: how many updates it missed."""
+        out = []
+        for t in self._ps:
+            out += self._cluster.client.request(t, "ps_stats", timeout=60).body["staleness"]
+        return out
+
+
+class _PSScope:
+    def __init__(self, strategy):
+        self.strategy = strategy
+
+    def __enter__(self):
+        _tls.__dict__.setdefault("strategies", []).append(self.strategy)
+        self._creators = variable_creator_scope(self.strategy._on_variable_created)
+        self._creators.__enter__()
+        return self.strategy
+
+    def __exit__(self, *exc):
+        _tls.strategies.pop()
+        self._creators.__exit__(None, None, None)
+        return False
+
+
+def _worker_step(strategy, fn, args, kwargs, variables, handles):
+    """What a scheduled step runs on a worker: pull, then ``fn`` in replica context."""
+    strategy._pull_on_worker(variables, handles)
+    result = strategy.run(fn, args, kwargs)
+    return _numpy(result)
+
+
+def _numpy(value):
+    from ..core.tensor import Tensor
+    from .values import map_structure
+    return map_structure(lambda v: v.numpy() if isinstance(v, Tensor) else v, value)
+
+
+class RemoteValue:
+    """The result of a scheduled step, once it has run: ``fetch()`` waits for it."""
+
+    def __init__(self, coordinator, pending):
+        self._coordinator, self._pending, self._value, self._done = coordinator, pending, None, False
+
+    def fetch(self, timeout: float | None = None):
+        if not self._done:
+            self._value = self._coordinator._collect(self, timeout)
+            self._done = True
+        return self._value
+
+
+class ClusterCoordinator:
+    """Schedules steps on the workers of a ParameterServerStrategy's cluster."""
+
+    def __init__(self, strategy: ParameterServerStrategy):
+        self.strategy = strategy
+        self._inflight = {w: [] for w in strategy._workers}
+
+    def schedule(self, fn, args=(), kwargs=None) -> RemoteValue:
+        """Run ``fn(*args, **kwargs)`` on the least busy worker, asynchronously."""
+        from ..cluster.protocol import dumps
+        s = self.strategy
+        worker = min(self._inflight, key=lambda w: len(self._inflight[w]))
+        ids = list(s._variables)
+        variables, handles = [s._variables[i] for i in ids], [list(s._handles[i]) for i in ids]
+        # one pickle for fn and the variables: the copies fn uses on the worker are those in the list
+        payload = dumps(((s, fn, tuple(args), kwargs or {}, variables, handles), {}))
+        pending = s._cluster.client.submit(worker, "run", None, [dumps(_worker_step), payload])
+        value = RemoteValue(self, pending)
+        self._inflight[worker].append(value)
+        return value
+
+    def _collect(self, value, timeout):
+        from ..cluster.protocol import loads
+        msg = self.strategy._cluster.client.results([value._pending], timeout)[0]
+        self._inflight[value._pending.task].remove(value)
+        return loads(msg.buffers[0])
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for every scheduled step (raising the first error), then pull the variables."""
+        for values in list(self._inflight.values()):
+            for v in list(values):
+                v.fetch(timeout)
+        self.strategy.pull()
+
+    def done(self) -> bool:
+        return not any(self._inflight.values())
