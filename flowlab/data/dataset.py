@@ -2,15 +2,17 @@
 
 A dataset is a recipe; iterating it makes a chain of Python iterators, one per stage, each pulling
 from the one below. Sequential stages are generators; ``map(num_parallel_calls=k)``, ``prefetch``
-and a parallel ``interleave`` run in daemon threads (see ``_parallel.py`` for how those threads stop).
-Closing an iterator closes the whole chain below it.
+and a parallel ``interleave`` run in daemon threads (see ``_parallel.py`` for how those threads stop),
+and ``map(..., use_processes=True)`` in worker processes (``_processes.py``). Closing an iterator
+closes the whole chain below it. Each iteration is a run (``_run.py``) that names its stages and
+records what they do (``stats.py``); AUTOTUNE stages resize themselves from it (``autotune.py``).
 """
 from __future__ import annotations
 
 import builtins
-import contextlib
+import glob
 import itertools
-import threading
+import os
 
 import numpy as np
 
@@ -20,78 +22,23 @@ from ..core.errors import InvalidArgumentError
 from ..core.function import TensorSpec
 from ..core.ops import stack as _fl_stack
 from ..core.tensor import Tensor, convert_to_tensor
+from ._structure import (call, describe, flatten_with_paths, leaf_to_tensor, lists_to_tuples,  # noqa: F401
+                         map_structure, spec_of, to_element)
+from ._padding import as_padded_shape, pad_batch, padded_spec, up_to
 from ._parallel import ParallelMapIterator, PrefetchIterator, call_failed, close_iterator
-from .options import AUTOTUNE, Options, resolve_parallelism
+from ._run import Run, current_run, iterate, run_scope
+from .autotune import StageTuner
+from .options import AUTOTUNE, Options, resolve_buffer_size, resolve_parallelism
+from .stats import PipelineStats
 
-__all__ = ["Dataset", "Iterator"]
+__all__ = ["Dataset", "Iterator", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY"]
+
+#: ``cardinality()`` of a dataset that never ends (``repeat()``).
+INFINITE_CARDINALITY = -1
+#: ``cardinality()`` of a dataset whose length is known only by iterating it (``filter``, generators).
+UNKNOWN_CARDINALITY = -2
 
 _END = object()
-
-
-# -- nested structures: tuples (and namedtuples) and dicts of tensors ------------------------------
-def map_structure(fn, *structures):
-    """``fn`` over the leaves of same-shaped structures, rebuilding the first one's shape."""
-    first = structures[0]
-    if isinstance(first, tuple):
-        if any(not isinstance(s, tuple) or len(s) != len(first) for s in structures):
-            raise ValueError(f"structures do not match: {[_describe(s) for s in structures]}")
-        items = [map_structure(fn, *parts) for parts in zip(*structures)]
-        return type(first)(*items) if hasattr(first, "_fields") else tuple(items)
-    if isinstance(first, dict):
-        if any(not isinstance(s, dict) or s.keys() != first.keys() for s in structures):
-            raise ValueError(f"structures do not match: {[_describe(s) for s in structures]}")
-        return {k: map_structure(fn, *(s[k] for s in structures)) for k in first}
-    return fn(*structures)
-
-
-def flatten_with_paths(structure, path=""):
-    """[(path, leaf)], paths written as in Python: ``[0]['image']``."""
-    if isinstance(structure, tuple):
-        return [p for i, s in enumerate(structure) for p in flatten_with_paths(s, f"{path}[{i}]")]
-    if isinstance(structure, dict):
-        return [p for k, s in structure.items() for p in flatten_with_paths(s, f"{path}[{k!r}]")]
-    return [(path, structure)]
-
-
-def _describe(structure):
-    return map_structure(lambda t: f"{t.dtype.name}{list(t.shape)}" if hasattr(t, "dtype") else type(t).__name__,
-                         structure)
-
-
-def _lists_to_tuples(x):
-    # NOTE: as tf.data does for a function's output: a list is a structure there, not a tensor
-    if isinstance(x, list):
-        return tuple(_lists_to_tuples(v) for v in x)
-    if isinstance(x, tuple):
-        items = [_lists_to_tuples(v) for v in x]
-        return type(x)(*items) if hasattr(x, "_fields") else tuple(items)
-    if isinstance(x, dict):
-        return {k: _lists_to_tuples(v) for k, v in x.items()}
-    return x
-
-
-def _leaf_to_tensor(x):
-    # NOTE: bytes and str stay as they are (flowlab has no string dtype): record payloads are bytes
-    if isinstance(x, (Tensor, bytes, str)):
-        return x
-    if x is None:
-        raise TypeError("a dataset element cannot hold None; return a tensor, an array or a number")
-    return convert_to_tensor(x)
-
-
-def to_element(value):
-    """A function's output as an element: lists become tuples, leaves become tensors."""
-    return map_structure(_leaf_to_tensor, _lists_to_tuples(value))
-
-
-def spec_of(element):
-    """The nested TensorSpec of an element (the Python type for a bytes or str component)."""
-    return map_structure(lambda t: TensorSpec(t.shape, t.dtype) if isinstance(t, Tensor) else type(t), element)
-
-
-def _call(fn, element):
-    # NOTE: a plain tuple is passed as separate arguments, as tf.data does; a namedtuple or dict is not
-    return fn(*element) if type(element) is tuple else fn(element)
 
 
 def _row(t: Tensor, i: int) -> Tensor:
@@ -114,25 +61,6 @@ def _stack(tensors, what="batch"):
     return _fl_stack(tensors)
 
 
-# -- options in effect while a pipeline's iterators are made ----------------------------------------
-_scope = threading.local()
-
-
-def current_options() -> Options:
-    """The merged options of the pipeline whose iterator is being made (defaults outside one)."""
-    return getattr(_scope, "options", None) or Options()
-
-
-@contextlib.contextmanager
-def _options_scope(options):
-    previous = getattr(_scope, "options", None)
-    _scope.options = options
-    try:
-        yield
-    finally:
-        _scope.options = previous
-
-
 def _closing(source, generator):
     """Run ``generator`` (which reads ``source``), closing ``source`` when it ends, fails or is closed."""
     try:
@@ -145,14 +73,21 @@ class Iterator:
     """What ``iter(dataset)`` returns: ``next()`` gives elements; ``close()`` (or a ``with`` block, or
     dropping it) stops every stage, threads included."""
 
-    def __init__(self, dataset: "Dataset"):
+    def __init__(self, dataset: "Dataset", _record: bool = True):
         self._dataset = dataset
-        with _options_scope(dataset.options()):
-            self._iterator = dataset._make_iterator()
+        self._run = Run(dataset, record=_record)
+        if _record:
+            dataset._last_stats = self._run.stats
+        with run_scope(self._run):
+            self._iterator = iterate(dataset)
 
     @property
     def element_spec(self):
         return self._dataset.element_spec
+
+    def stats(self) -> PipelineStats:
+        """What this iteration's stages did so far (see ``Dataset.stats``)."""
+        return self._run.stats
 
     def __iter__(self):
         return self
@@ -185,24 +120,36 @@ class Dataset:
     Parallel work runs in threads: ``map(f, num_parallel_calls=k)`` calls ``f`` in ``k`` threads
     (numpy releases the GIL, so array work overlaps), ``prefetch(n)`` keeps ``n`` elements ready in a
     background thread. An error in a user function raises ``fl.data.PipelineError`` naming the stage
-    and the element's index, chained to the original exception. ``fl.data.AUTOTUNE`` picks fixed
-    defaults for now.
+    and the element's index, chained to the original exception. ``fl.data.AUTOTUNE`` lets a stage
+    size itself while it runs; ``stats()`` shows what every stage did and what AUTOTUNE decided.
 
     Extension point (how a new source such as ``RecordDataset`` plugs in): subclass ``Dataset`` and
     implement
 
     - ``_make_iterator(self)``: a new Python iterator over the elements (a generator is fine); called
       once per iteration, so every ``iter(ds)`` starts over. If it reads other datasets, create their
-      iterators here with ``other._make_iterator()`` and close them when done (``close_iterator``).
+      iterators here with ``flowlab.data._run.iterate(other)`` and close them when done
+      (``close_iterator``).
     - ``element_spec``: optional; set ``self._element_spec`` to the nested ``fl.TensorSpec`` structure
       if known, else the base class computes it from the first element.
     - ``_inputs(self)``: optional; the datasets it reads, so that their options reach the pipeline.
+    - ``_cardinality(self)``: optional; the number of elements if known without iterating, else
+      ``UNKNOWN_CARDINALITY`` (the default) or ``INFINITE_CARDINALITY``.
+    - ``_kind``: optional; the stage's name in stats and events (default: the class name).
     """
 
     _element_spec = None
     _options = None
+    _kind = None
+    _last_stats = None
 
     # -- the extension point -------------------------------------------------------------------
+    def _cardinality(self) -> int:
+        return UNKNOWN_CARDINALITY
+
+    def _stage_kind(self):
+        return self._kind or type(self).__name__
+
     def _make_iterator(self):
         raise NotImplementedError(f"{type(self).__name__} must implement _make_iterator()")
 
@@ -217,7 +164,7 @@ class Dataset:
         return self._element_spec
 
     def _compute_element_spec(self):
-        iterator = Iterator(self)
+        iterator = Iterator(self, _record=False)
         try:
             first = next(iterator, _END)
         finally:
@@ -238,6 +185,40 @@ class Dataset:
                 yield map_structure(lambda t: t.numpy() if isinstance(t, Tensor) else t, element)
         finally:
             iterator.close()
+
+    def stats(self) -> PipelineStats:
+        """What the stages of this dataset's latest iteration did (still counting while it runs): per
+        stage its elements, produce and wait time, throughput, workers, buffer size and AUTOTUNE's
+        decisions with their reasons. Prints as a table; ``stats().events()`` gives the run's events
+        for ``fl.data.timeline``. ``Options.stats`` turns the counting off."""
+        if self._last_stats is None:
+            raise ValueError("stats(): this dataset has not been iterated yet; iterate it (a for loop, "
+                             "list(ds), fit) and ask again")
+        return self._last_stats
+
+    def cardinality(self) -> Tensor:
+        """The number of elements as an int64 scalar tensor, known without iterating:
+        ``fl.data.INFINITE_CARDINALITY`` (-1) for a dataset that never ends and
+        ``fl.data.UNKNOWN_CARDINALITY`` (-2) when only iterating would tell (after ``filter``, say).
+
+        >>> import flowlab as fl
+        >>> ds = fl.data.Dataset.range(10).batch(3)
+        >>> int(ds.cardinality()), len(ds), int(ds.repeat().cardinality())
+        (4, 4, -1)
+        """
+        return Tensor(np.asarray(self._cardinality(), np.int64))
+
+    def __len__(self) -> int:
+        n = self._cardinality()
+        if n == INFINITE_CARDINALITY:
+            raise TypeError("len() of an infinite dataset (it repeats forever); use take() to bound it")
+        if n < 0:
+            raise TypeError("len() of a dataset whose length is unknown without iterating it (it has a filter, "
+                            "a generator or another stage that can change the count); see cardinality()")
+        return n
+
+    def __bool__(self):
+        return True          # a dataset is never "false", whatever its length (len() may not be known)
 
     def options(self) -> Options:
         """The options of the whole pipeline: its inputs' merged, then this dataset's own."""
@@ -264,8 +245,8 @@ class Dataset:
     @staticmethod
     def from_tensors(tensors) -> "Dataset":
         """A dataset of exactly one element, ``tensors``."""
-        element = map_structure(_leaf_to_tensor, tensors)
-        return _FunctionDataset(lambda: iter((element,)), spec_of(element))
+        element = map_structure(leaf_to_tensor, tensors)
+        return _FunctionDataset(lambda: iter((element,)), spec_of(element), "from_tensors", 1)
 
     @staticmethod
     def from_generator(generator, output_signature=None) -> "Dataset":
@@ -282,26 +263,54 @@ class Dataset:
         if not callable(generator):
             raise TypeError("from_generator needs a callable that returns an iterable (e.g. a generator "
                             f"function), got {type(generator).__name__}")
-        signature = _lists_to_tuples(output_signature) if output_signature is not None else None
+        signature = lists_to_tuples(output_signature) if output_signature is not None else None
 
         def elements():
             for index, value in enumerate(generator()):
                 if signature is None:       # a list is a tensor here, as in from_tensor_slices
-                    yield map_structure(_leaf_to_tensor, value)
+                    yield map_structure(leaf_to_tensor, value)
                     continue
                 try:
                     yield _conform_structure(signature, value)
                 except (ValueError, TypeError) as e:
                     raise InvalidArgumentError(f"from_generator: element {index} does not match output_signature "
                                                f"{signature}: {e}", op="from_generator") from e
-        return _FunctionDataset(elements, signature)
+        return _FunctionDataset(elements, signature, "from_generator")
 
     @staticmethod
     def range(*args, dtype=_dtypes.int64) -> "Dataset":
         """``range(stop)``, ``range(start, stop)``, ``range(start, stop, step)`` as scalar tensors."""
         numbers = builtins.range(*args)
         want = _dtypes.as_dtype(dtype).as_numpy_dtype
-        return _FunctionDataset(lambda: (Tensor(np.asarray(i, want)) for i in numbers), TensorSpec([], dtype))
+        return _FunctionDataset(lambda: (Tensor(np.asarray(i, want)) for i in numbers), TensorSpec([], dtype),
+                                "range", len(numbers))
+
+    @staticmethod
+    def list_files(file_pattern, shuffle=None, seed=None) -> "Dataset":
+        """The paths (as str) matching ``file_pattern``: a glob pattern (``*``, ``?``, ``[...]``) or a
+        list of them, matched now. Shuffled each iteration unless ``shuffle=False`` (sorted then);
+        ``seed`` (or ``fl.random.set_seed``) makes the orders repeatable. No match is an error.
+
+        >>> import os, tempfile
+        >>> import flowlab as fl
+        >>> folder = tempfile.mkdtemp()
+        >>> for name in ("b.txt", "a.txt", "c.csv"):
+        ...     open(os.path.join(folder, name), "w").close()
+        >>> ds = fl.data.Dataset.list_files(os.path.join(folder, "*.txt"), shuffle=False)
+        >>> [os.path.basename(p) for p in ds]
+        ['a.txt', 'b.txt']
+        """
+        single = isinstance(file_pattern, (str, bytes, os.PathLike, np.str_, np.bytes_))
+        patterns = [file_pattern] if single else list(np.asarray(file_pattern).reshape(-1)) if isinstance(
+            file_pattern, np.ndarray) else list(file_pattern)
+        patterns = [os.fsdecode(bytes(p) if isinstance(p, np.bytes_) else os.fspath(str(p) if isinstance(
+            p, np.str_) else p)) for p in patterns]
+        names = sorted({path for pattern in patterns for path in glob.glob(pattern)})
+        if not names:
+            raise InvalidArgumentError(f"list_files: no files match {patterns[0] if single else patterns}",
+                                       op="list_files")
+        ds = _FunctionDataset(lambda: iter(names), str, "list_files", len(names))
+        return ds if shuffle is not None and not shuffle else ds.shuffle(len(names), seed=seed)
 
     @staticmethod
     def zip(*datasets) -> "Dataset":
@@ -314,26 +323,35 @@ class Dataset:
         return _ZipDataset(structure)
 
     # -- transformations -----------------------------------------------------------------------
-    def map(self, map_func, num_parallel_calls=None, deterministic=None) -> "Dataset":
-        """``map_func`` on every element (a tuple element is passed as separate arguments). With
-        ``num_parallel_calls=k`` (or AUTOTUNE: one per core), ``k`` threads call it, at most ``2k``
-        elements in flight; order is kept unless ``deterministic=False`` (None: ``Options.deterministic``)."""
-        return _MapDataset(self, map_func, num_parallel_calls, deterministic)
+    def map(self, map_func, num_parallel_calls=None, deterministic=None, use_processes=False) -> "Dataset":
+        """``map_func`` on every element (a tuple element is passed as separate arguments).
+
+        With ``num_parallel_calls=k``, ``k`` threads call it; with AUTOTUNE, one thread to start with
+        and more while the consumer waits (up to one per core). Order is kept unless
+        ``deterministic=False`` (None: ``Options.deterministic``). A worker takes a few consecutive
+        elements at once when the function is fast (about 4 ms of calls, at most 16), and at most two
+        such chunks per worker are in flight.
+
+        ``use_processes=True`` runs the calls in ``k`` worker processes instead, for Python-heavy
+        functions that hold the GIL (numpy work runs fine in threads). The function must be picklable
+        by reference, a ``def`` at the top level of an importable module, and elements travel to the
+        workers and back pickled, so the work per element should outweigh that copy."""
+        return _MapDataset(self, map_func, num_parallel_calls, deterministic, use_processes)
 
     def filter(self, predicate) -> "Dataset":
         """The elements for which ``predicate`` returns True (a bool or a scalar bool tensor)."""
         def run(source):
             for index, element in enumerate(source):
                 try:
-                    keep = _call(predicate, element)
+                    keep = call(predicate, element)
                     if isinstance(keep, Tensor) and (keep.dtype != _dtypes.bool_ or keep.ndim):
-                        raise TypeError(f"the predicate must return a scalar bool, got {_describe(keep)}")
+                        raise TypeError(f"the predicate must return a scalar bool, got {describe(keep)}")
                     keep = builtins.bool(keep)
                 except Exception as e:
                     raise call_failed("filter", index, e) from e
                 if keep:
                     yield element
-        return _Stage(self, run, "same")
+        return _Stage(self, run, "same", "filter", None)
 
     def batch(self, batch_size, drop_remainder=False) -> "Dataset":
         """Stack ``batch_size`` consecutive elements into one (a new leading axis on every component).
@@ -348,7 +366,38 @@ class Dataset:
                 yield map_structure(lambda *ts: _stack(ts), *elements)
         leading = batch_size if drop_remainder else None
         return _Stage(self, run, lambda spec: map_structure(
-            lambda s: TensorSpec([leading, *s.shape], s.dtype), spec))
+            lambda s: TensorSpec([leading, *s.shape], s.dtype), spec), "batch", _batches(batch_size, drop_remainder))
+
+    def padded_batch(self, batch_size, padded_shapes=None, padding_values=None, drop_remainder=False) -> "Dataset":
+        """Like ``batch``, for elements whose components differ in shape: each component is padded to
+        ``padded_shapes`` (a shape per component, following the element's structure; a None or -1
+        dimension, or a None shape, grows to the batch's largest) with ``padding_values`` (one scalar
+        per component, or one for all; default 0).
+
+        >>> import flowlab as fl
+        >>> ds = fl.data.Dataset.range(1, 4).map(lambda n: fl.fill([n], n))
+        >>> [b.tolist() for b in ds.padded_batch(3).as_numpy_iterator()]
+        [[[1, 0, 0], [2, 2, 0], [3, 3, 3]]]
+        """
+        batch_size = _positive(batch_size, "batch_size")
+
+        def run(source):
+            shapes = values = None
+            while True:
+                elements = list(itertools.islice(source, batch_size))
+                if not elements or (drop_remainder and len(elements) < batch_size):
+                    return
+                if shapes is None:      # the first element shows the structure the arguments follow
+                    shapes = [(p, as_padded_shape(v, p)) for p, v in up_to(elements[0], padded_shapes, "padded_shapes")]
+                    values = up_to(elements[0], padding_values, "padding_values")
+                yield pad_batch(elements, shapes, values)
+
+        leading = batch_size if drop_remainder else None
+
+        def spec_rule(spec):
+            shapes = iter([as_padded_shape(v, p) for p, v in up_to(spec, padded_shapes, "padded_shapes")])
+            return map_structure(lambda s: padded_spec(s, next(shapes), leading), spec)
+        return _Stage(self, run, spec_rule, "padded_batch", _batches(batch_size, drop_remainder))
 
     def unbatch(self) -> "Dataset":
         """Split every element along axis 0 into its rows (the inverse of ``batch``)."""
@@ -358,10 +407,11 @@ class Dataset:
                 sizes = {t.shape[0] if isinstance(t, Tensor) and t.ndim else None for _, t in leaves}
                 if len(sizes) != 1 or None in sizes:
                     raise InvalidArgumentError(f"unbatch: every component needs the same leading dimension, got "
-                                               f"{_describe(element)}", op="unbatch")
+                                               f"{describe(element)}", op="unbatch")
                 for i in builtins.range(sizes.pop()):
                     yield map_structure(lambda t: _row(t, i), element)
-        return _Stage(self, run, lambda spec: map_structure(lambda s: TensorSpec(s.shape[1:], s.dtype), spec))
+        return _Stage(self, run, lambda spec: map_structure(lambda s: TensorSpec(s.shape[1:], s.dtype), spec),
+                      "unbatch", None)
 
     def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=True) -> "Dataset":
         """Randomly shuffle with a buffer of ``buffer_size`` elements (a full shuffle when it is at least
@@ -376,7 +426,15 @@ class Dataset:
     def take(self, count) -> "Dataset":
         """The first ``count`` elements (-1: all)."""
         count = int(count)
-        return _Stage(self, lambda source: source if count < 0 else itertools.islice(source, count), "same")
+
+        def card(n):
+            if n == UNKNOWN_CARDINALITY:
+                return n
+            if n == INFINITE_CARDINALITY:
+                return INFINITE_CARDINALITY if count < 0 else count
+            return n if count < 0 else min(n, count)
+        return _Stage(self, lambda source: source if count < 0 else itertools.islice(source, count), "same", "take",
+                      card)
 
     def skip(self, count) -> "Dataset":
         """All but the first ``count`` elements (-1: skip all)."""
@@ -388,37 +446,37 @@ class Dataset:
                     pass
                 return
             yield from itertools.islice(source, count, None)
-        return _Stage(self, run, "same")
+        return _Stage(self, run, "same", "skip", lambda n: n if n < 0 else 0 if count < 0 else max(0, n - count))
 
     def shard(self, num_shards, index) -> "Dataset":
         """Every ``num_shards``-th element starting at ``index``: worker ``index`` of ``num_shards``."""
         num_shards = _positive(num_shards, "num_shards")
         if not 0 <= int(index) < num_shards:
             raise ValueError(f"shard: index must be in [0, {num_shards}), got {index}")
-        return _Stage(self, lambda source: itertools.islice(source, int(index), None, num_shards), "same")
+        index = int(index)
+        return _Stage(self, lambda source: itertools.islice(source, index, None, num_shards), "same", "shard",
+                      lambda n: n if n < 0 else n // num_shards + (index < n % num_shards))
 
     def enumerate(self, start=0) -> "Dataset":
         """Pairs ``(i, element)`` with an int64 counter ``i`` from ``start``."""
         def run(source):
             for i, element in enumerate(source, int(start)):
                 yield Tensor(np.asarray(i, np.int64)), element
-        return _Stage(self, run, lambda spec: (TensorSpec([], _dtypes.int64), spec))
+        return _Stage(self, run, lambda spec: (TensorSpec([], _dtypes.int64), spec), "enumerate")
 
     def cache(self, filename="") -> "Dataset":
-        """Keep the elements in memory after the first complete iteration; later iterations replay
-        them without running the stages above. (A file cache, ``filename``, is not implemented yet.)"""
-        if filename:
-            raise NotImplementedError("cache(filename=...): the file cache is not implemented yet; "
-                                      "use cache() to cache in memory")
-        return _CacheDataset(self)
+        """Keep the elements of the first complete iteration; later iterations replay them without
+        running the stages above. In memory by default; with ``filename``, in that file, which later
+        programs reuse too (delete it to rebuild the cache). A file cache is checksummed (a damaged
+        one raises ``DataLossError``) and appears only once a pass completes."""
+        return _CacheDataset(self, os.fspath(filename) if filename else None)
 
     def prefetch(self, buffer_size) -> "Dataset":
-        """Prepare up to ``buffer_size`` elements ahead in a background thread (AUTOTUNE: 2), so the
-        stages above run while the consumer works. Order is kept."""
-        size = 2 if int(buffer_size) == AUTOTUNE else int(buffer_size)
-        if size < 0:
-            raise ValueError(f"prefetch: buffer_size must be >= 0 or fl.data.AUTOTUNE, got {buffer_size}")
-        return _Stage(self, None if size == 0 else (lambda source: PrefetchIterator(source, size)), "same")
+        """Prepare up to ``buffer_size`` elements ahead in a background thread, so the stages above run
+        while the consumer works; order is kept. AUTOTUNE starts with 1 and grows the buffer when the
+        consumer waits while the producer is held up by a full buffer."""
+        resolve_buffer_size(buffer_size, Options())      # a bad value fails here, not when iterated
+        return _PrefetchDataset(self, buffer_size)
 
     def interleave(self, map_func, cycle_length=None, block_length=1, num_parallel_calls=None,
                    deterministic=None) -> "Dataset":
@@ -439,9 +497,14 @@ class Dataset:
         """The same dataset with ``options`` merged over the pipeline's (takes effect when iterated)."""
         if not isinstance(options, Options):
             raise TypeError(f"with_options takes fl.data.Options, got {type(options).__name__}")
-        stage = _Stage(self, None, "same")
+        stage = _Stage(self, None, "same", None)
         stage._options = options
         return stage
+
+
+def _batches(batch_size, drop_remainder):
+    """The cardinality rule of a batch: whole batches, plus the partial one unless dropped."""
+    return lambda n: n if n < 0 else n // batch_size if drop_remainder else -(-n // batch_size)
 
 
 def _positive(value, name):
@@ -473,21 +536,28 @@ def _conform(value, spec: TensorSpec):
 
 # -- the dataset classes behind the methods ----------------------------------------------------------
 class _FunctionDataset(Dataset):
-    def __init__(self, make_iterator, element_spec=None):
+    def __init__(self, make_iterator, element_spec=None, kind=None, cardinality=UNKNOWN_CARDINALITY):
         self._make = make_iterator
         self._element_spec = element_spec
+        self._kind = kind
+        self._count = cardinality
+
+    def _cardinality(self):
+        return self._count
 
     def _make_iterator(self):
         return iter(self._make())
 
 
 class _SlicesDataset(Dataset):
+    _kind = "from_tensor_slices"
+
     def __init__(self, tensors):
         def component(x):
             if isinstance(x, np.ndarray):
                 x = np.array(x)          # a copy: later changes to the caller's array do not leak in
                 x.flags.writeable = False
-            return _leaf_to_tensor(x)
+            return leaf_to_tensor(x)
         self._components = map_structure(component, tensors)   # a list is a tensor here, as in tf.data
         leaves = flatten_with_paths(self._components)
         lengths = {path or "tensors": (t.shape[0] if t.ndim else None) for path, t in leaves}
@@ -500,6 +570,9 @@ class _SlicesDataset(Dataset):
         self._length = next(iter(lengths.values()))
         self._element_spec = map_structure(lambda t: TensorSpec(t.shape[1:], t.dtype), self._components)
 
+    def _cardinality(self):
+        return self._length
+
     def _make_iterator(self):
         components = self._components
         return (map_structure(lambda t: _row(t, i), components) for i in builtins.range(self._length))
@@ -507,15 +580,27 @@ class _SlicesDataset(Dataset):
 
 class _Stage(Dataset):
     """A dataset made from one input by ``transform(source) -> iterator`` (None: pass through).
-    ``spec_rule``: "same", or a function of the input's element_spec, or None (from the first element)."""
+    ``spec_rule``: "same", or a function of the input's element_spec, or None (from the first element).
+    ``kind``: its name in stats (None: a pass-through, unnamed). ``card``: "same", a function of the
+    input's cardinality, or None (unknown)."""
 
-    def __init__(self, input_dataset, transform, spec_rule=None):
+    def __init__(self, input_dataset, transform, spec_rule=None, kind=None, card="same"):
         self._input = input_dataset
         self._transform = transform
         self._spec_rule = spec_rule
+        self._kind = kind
+        self._card = card
 
     def _inputs(self):
         return (self._input,)
+
+    def _stage_kind(self):
+        return self._kind
+
+    def _cardinality(self):
+        if self._card == "same":
+            return self._input._cardinality()
+        return UNKNOWN_CARDINALITY if self._card is None else self._card(self._input._cardinality())
 
     def _compute_element_spec(self):
         if self._spec_rule == "same":
@@ -525,56 +610,103 @@ class _Stage(Dataset):
         return super()._compute_element_spec()
 
     def _make_iterator(self):
-        source = self._input._make_iterator()
+        source = iterate(self._input)
         if self._transform is None:
             return source
-        result = self._transform(source)
-        # a stage that owns threads closes its own source; a generator stage gets _closing around it
-        return result if isinstance(result, PrefetchIterator) else _closing(source, result)
+        return _closing(source, self._transform(source))
 
 
 class _MapDataset(_Stage):
-    def __init__(self, input_dataset, map_func, num_parallel_calls, deterministic):
-        super().__init__(input_dataset, None)
+    _kind = "map"
+
+    def __init__(self, input_dataset, map_func, num_parallel_calls, deterministic, use_processes=False):
+        super().__init__(input_dataset, None, None, "map")
         self._map_func = map_func
         self._num_parallel_calls = num_parallel_calls
         self._deterministic = deterministic
+        self._payload = None
         if num_parallel_calls is not None:
             resolve_parallelism(num_parallel_calls, Options())   # a bad value fails here, not when iterated
+        if use_processes:
+            if num_parallel_calls is None:
+                raise ValueError("map: use_processes=True needs num_parallel_calls (a count of worker processes "
+                                 "or fl.data.AUTOTUNE)")
+            from ._processes import pickle_function
+            self._payload = pickle_function(map_func, "map")
 
     def _make_iterator(self):
-        options = current_options()
+        run = current_run()
+        options = run.options if run is not None else Options()
         map_func = self._map_func
-        source = self._input._make_iterator()
-        workers = resolve_parallelism(self._num_parallel_calls, options)
-        if workers is None:
+        source = iterate(self._input)
+        parallelism = resolve_parallelism(self._num_parallel_calls, options)
+        if parallelism is None:
             return _closing(source, self._sequential(source, map_func))
         deterministic = self._deterministic if self._deterministic is not None else options._get("deterministic")
-        return ParallelMapIterator(source, lambda element: to_element(_call(map_func, element)), workers,
-                                   deterministic, stage="map")
+        recorder = run.recorder(self) if run is not None else None
+        tune, workers = None, parallelism.limit
+        if parallelism.tuned and recorder is not None:
+            workers = parallelism.start
+            tune = lambda grow, held: StageTuner(recorder, run.budget, "parallelism", parallelism.start,  # noqa: E731
+                                                 parallelism.limit, grow, held=held)
+        make_call = None
+        if self._payload is not None:
+            from ._processes import ProcessWorkers
+            make_call = ProcessWorkers(self._payload, recorder.name if recorder is not None else "map", recorder)
+        return ParallelMapIterator(source, lambda element: to_element(call(map_func, element)), workers,
+                                   deterministic, stage="map", recorder=recorder, tune=tune, make_call=make_call)
 
     @staticmethod
     def _sequential(source, map_func):
         for index, element in enumerate(source):
             try:
-                result = to_element(_call(map_func, element))
+                result = to_element(call(map_func, element))
             except Exception as e:
                 raise call_failed("map", index, e) from e
             yield result
 
 
+class _PrefetchDataset(_Stage):
+    def __init__(self, input_dataset, buffer_size):
+        super().__init__(input_dataset, None, "same", "prefetch")
+        self._buffer_size = buffer_size
+
+    def _make_iterator(self):
+        run = current_run()
+        size = resolve_buffer_size(self._buffer_size, run.options if run is not None else Options())
+        source = iterate(self._input)
+        if size.limit == 0:
+            return source
+        recorder = run.recorder(self) if run is not None else None
+        tune, start = None, size.limit
+        if size.tuned and recorder is not None:
+            start = size.start
+            tune = lambda resize, stalls: StageTuner(recorder, run.budget, "buffer_size", size.start,  # noqa: E731
+                                                     size.limit, resize, stalls)
+        return PrefetchIterator(source, start, "prefetch", recorder, tune)
+
+
 class _ZipDataset(Dataset):
+    _kind = "zip"
+
     def __init__(self, structure):
         self._structure = structure
 
     def _inputs(self):
         return tuple(d for _, d in flatten_with_paths(self._structure))
 
+    def _cardinality(self):
+        counts = [d._cardinality() for d in self._inputs()]
+        if UNKNOWN_CARDINALITY in counts:
+            return UNKNOWN_CARDINALITY
+        finite = [n for n in counts if n != INFINITE_CARDINALITY]
+        return min(finite) if finite else INFINITE_CARDINALITY
+
     def _compute_element_spec(self):
         return map_structure(lambda d: d.element_spec, self._structure)
 
     def _make_iterator(self):
-        iterators = map_structure(lambda d: d._make_iterator(), self._structure)
+        iterators = map_structure(iterate, self._structure)
         return self._run(iterators)
 
     @staticmethod
@@ -593,7 +725,7 @@ class _ZipDataset(Dataset):
 
 class _ShuffleDataset(_Stage):
     def __init__(self, input_dataset, buffer_size, seed, reshuffle_each_iteration):
-        super().__init__(input_dataset, None, "same")
+        super().__init__(input_dataset, None, "same", "shuffle")
         self._buffer_size = buffer_size
         # without a seed, draw one from fl.random's generator: fl.random.set_seed makes it repeatable
         self._seed = int(seed) if seed is not None else int(_random._rng(None).integers(2**62))
@@ -602,7 +734,7 @@ class _ShuffleDataset(_Stage):
 
     def _make_iterator(self):
         seed = [self._seed, next(self._epochs)] if self._reshuffle else self._seed
-        source = self._input._make_iterator()
+        source = iterate(self._input)
         return _closing(source, self._run(source, self._buffer_size, np.random.default_rng(seed)))
 
     @staticmethod
@@ -618,17 +750,25 @@ class _ShuffleDataset(_Stage):
 
 class _RepeatDataset(_Stage):
     def __init__(self, input_dataset, count):
-        super().__init__(input_dataset, None, "same")
+        super().__init__(input_dataset, None, "same", "repeat")
         self._count = count
 
-    def _make_iterator(self):
-        return self._run(current_options())
+    def _cardinality(self):
+        n = self._input._cardinality()
+        if self._count < 0:
+            return 0 if n == 0 else INFINITE_CARDINALITY
+        if self._count == 0:
+            return 0
+        return n if n < 0 else n * self._count
 
-    def _run(self, options):
+    def _make_iterator(self):
+        return self._run(current_run())
+
+    def _run(self, run):
         epoch = 0
         while self._count < 0 or epoch < self._count:
-            with _options_scope(options):
-                source = self._input._make_iterator()
+            with run_scope(run):
+                source = iterate(self._input)
             produced = False
             try:
                 for element in source:
@@ -642,14 +782,21 @@ class _RepeatDataset(_Stage):
 
 
 class _CacheDataset(_Stage):
-    def __init__(self, input_dataset):
-        super().__init__(input_dataset, None, "same")
+    def __init__(self, input_dataset, filename=None):
+        super().__init__(input_dataset, None, "same", "cache")
         self._cached = None
+        self._filename = filename
 
     def _make_iterator(self):
+        if self._filename is not None:
+            from ._filecache import read_cache, write_through
+            if os.path.exists(self._filename):
+                return read_cache(self._filename)
+            source = iterate(self._input)
+            return _closing(source, write_through(source, self._filename))
         if self._cached is not None:
             return iter(self._cached)
-        source = self._input._make_iterator()
+        source = iterate(self._input)
         return _closing(source, self._fill(source))
 
     def _fill(self, source):
@@ -662,32 +809,33 @@ class _CacheDataset(_Stage):
 
 class _InterleaveDataset(_Stage):
     def __init__(self, input_dataset, map_func, cycle_length, block_length, num_parallel_calls):
-        super().__init__(input_dataset, None)
+        super().__init__(input_dataset, None, None, "interleave", None)
         self._map_func = map_func
         self._cycle_length = cycle_length
         self._block_length = block_length
         self._num_parallel_calls = num_parallel_calls
 
     def _make_iterator(self):
-        options = current_options()
+        run = current_run()
+        options = run.options if run is not None else Options()
         cycle = self._cycle_length
-        cycle = resolve_parallelism(AUTOTUNE if cycle is None or int(cycle) == AUTOTUNE else cycle, Options())
+        cycle = resolve_parallelism(AUTOTUNE if cycle is None or int(cycle) == AUTOTUNE else cycle, Options()).limit
         parallel = resolve_parallelism(self._num_parallel_calls, options) is not None
-        source = self._input._make_iterator()
-        return _closing(source, self._run(source, cycle, parallel, options))
+        source = iterate(self._input)
+        return _closing(source, self._run(source, cycle, parallel, run))
 
-    def _open(self, index, element, parallel, options):
+    def _open(self, index, element, parallel, run):
         try:
-            dataset = _call(self._map_func, element)
+            dataset = call(self._map_func, element)
         except Exception as e:
             raise call_failed("interleave", index, e) from e
         if not isinstance(dataset, Dataset):
             raise TypeError(f"interleave: map_func must return a Dataset, got {type(dataset).__name__}")
-        with _options_scope(options):
-            iterator = dataset._make_iterator()
+        with run_scope(run):
+            iterator = iterate(dataset)
         return PrefetchIterator(iterator, self._block_length, stage="interleave") if parallel else iterator
 
-    def _run(self, source, cycle_length, parallel, options):
+    def _run(self, source, cycle_length, parallel, run):
         slots = [None] * cycle_length
         index, input_done, i = 0, False, 0
         try:
@@ -697,7 +845,7 @@ class _InterleaveDataset(_Stage):
                     if element is _END:
                         input_done = True
                     else:
-                        slots[i] = self._open(index, element, parallel, options)
+                        slots[i] = self._open(index, element, parallel, run)
                         index += 1
                 if slots[i] is not None:
                     for _ in builtins.range(self._block_length):

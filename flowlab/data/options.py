@@ -15,11 +15,14 @@ pipeline is iterated, so ``with_options`` may come last.
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
-__all__ = ["AUTOTUNE", "Options", "AutotuneOptions", "ThreadingOptions"]
+__all__ = ["AUTOTUNE", "Options", "AutotuneOptions", "StatsOptions", "ThreadingOptions"]
 
-#: Pass as a parallelism or buffer size to let flowlab choose. For now the choice is a fixed default
-#: (map and interleave: the core count; prefetch: 2 elements); tuning from measured throughput comes later.
+#: Pass as a map's parallelism or a prefetch buffer size to let flowlab choose. The stage starts small
+#: (1 worker, 1 element) and grows while its consumer waits on it, within ``Options.autotune``'s limits
+#: (see ``flowlab/data/autotune.py``). With ``options.autotune.enabled = False`` it is a fixed default
+#: instead: a worker per core, 2 elements. A parallel interleave reads its cycle with one thread each.
 AUTOTUNE = -1
 
 
@@ -60,9 +63,20 @@ class _Group:
 
 
 class AutotuneOptions(_Group):
-    """``enabled`` (default True): whether AUTOTUNE may adjust stages. ``cpu_budget``: the most cores
-    AUTOTUNE gives one stage (0: all of them)."""
-    _fields = {"enabled": True, "cpu_budget": 0}
+    """``enabled`` (default True): whether AUTOTUNE stages adjust themselves while they run (if not,
+    AUTOTUNE means a fixed default). ``cpu_budget``: the most workers AUTOTUNE gives one stage (0: one
+    per usable core). ``ram_budget``: the most bytes AUTOTUNE lets the buffers it grows hold, over the
+    whole pipeline (0: half the physical memory). ``max_buffer_size`` (default 64): the largest prefetch
+    buffer AUTOTUNE picks."""
+    _fields = {"enabled": True, "cpu_budget": 0, "ram_budget": 0, "max_buffer_size": 64}
+
+
+class StatsOptions(_Group):
+    """``enabled`` (default True): every stage counts its elements, produce and wait times (read them
+    with ``dataset.stats()``). ``events`` (default True): also record one event per element and stage
+    (kinds "produce" and "wait") for a timeline. ``log``: the ``EventLog`` to record into (None: the
+    process's ``flowlab.cluster.events.default_log()``). AUTOTUNE decisions are always recorded."""
+    _fields = {"enabled": True, "events": True, "log": None}
 
 
 class ThreadingOptions(_Group):
@@ -73,12 +87,13 @@ class ThreadingOptions(_Group):
 
 class Options(_Group):
     """Pipeline-wide settings. ``deterministic`` (default True): whether parallel stages keep input order
-    when their own ``deterministic`` argument is None. ``autotune``, ``threading``: groups above."""
-    _fields = {"deterministic": True, "autotune": None, "threading": None}
+    when their own ``deterministic`` argument is None. ``autotune``, ``stats``, ``threading``: groups above."""
+    _fields = {"deterministic": True, "autotune": None, "stats": None, "threading": None}
 
     def __init__(self, **values):
         super().__init__()
         object.__setattr__(self, "autotune", AutotuneOptions())
+        object.__setattr__(self, "stats", StatsOptions())
         object.__setattr__(self, "threading", ThreadingOptions())
         for name, value in values.items():
             setattr(self, name, value)
@@ -88,16 +103,58 @@ class Options(_Group):
         return self._merge(other)
 
 
-def resolve_parallelism(value, options: Options, default=None) -> int | None:
-    """How many threads a stage asked for ``value`` (None, a count or AUTOTUNE) really starts."""
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def ram_budget(options: Options) -> int:
+    """``options.autotune.ram_budget`` in bytes, or half the physical memory when it is 0."""
+    budget = int(options.autotune._get("ram_budget"))
+    if budget > 0:
+        return budget
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (AttributeError, OSError, ValueError):
+        return 1 << 31
+
+
+class Parallelism(NamedTuple):
+    """How many workers a stage starts with and the most it may grow to (``tuned``: AUTOTUNE will)."""
+    start: int
+    limit: int
+    tuned: bool
+
+
+def resolve_parallelism(value, options: Options) -> Parallelism | None:
+    """What ``num_parallel_calls=value`` (None, a count or AUTOTUNE) means under ``options``: None for a
+    sequential stage."""
     if value is None:
         return None
     value = int(value)
+    threads = options.threading._get("private_threadpool_size")
     if value == AUTOTUNE:
-        value = default or os.cpu_count() or 1
-        budget = options.autotune._get("cpu_budget")
-        value = min(value, budget) if budget else value
-    elif value < 1:
+        limit = options.autotune._get("cpu_budget") or usable_cores()
+        limit = min(limit, threads) if threads else limit
+        if options.autotune._get("enabled"):
+            return Parallelism(1, limit, True)
+        return Parallelism(limit, limit, False)
+    if value < 1:
         raise ValueError(f"num_parallel_calls must be a positive count or fl.data.AUTOTUNE, got {value}")
-    limit = options.threading._get("private_threadpool_size")
-    return min(value, limit) if limit else value
+    value = min(value, threads) if threads else value
+    return Parallelism(value, value, False)
+
+
+def resolve_buffer_size(value, options: Options, stage: str = "prefetch") -> Parallelism:
+    """What ``buffer_size=value`` (a count >= 0 or AUTOTUNE) means: the same triple, in elements."""
+    value = int(value)
+    if value == AUTOTUNE:
+        if options.autotune._get("enabled"):
+            return Parallelism(1, max(1, int(options.autotune._get("max_buffer_size"))), True)
+        return Parallelism(2, 2, False)
+    if value < 0:
+        raise ValueError(f"{stage}: buffer_size must be >= 0 or fl.data.AUTOTUNE, got {value}")
+    return Parallelism(value, value, False)

@@ -200,8 +200,6 @@ def test_cache_runs_the_stages_above_once_and_only_keeps_complete_passes():
     assert values(ds.take(2)) == [0, 10]          # a partial pass is not cached
     assert values(ds) == values(ds) == [0, 10, 20, 30]
     assert calls == [0, 1, 0, 1, 2, 3]
-    with pytest.raises(NotImplementedError, match="file cache"):
-        Dataset.range(3).cache("/tmp/x")
 
 
 def test_interleave_matches_the_tf_data_example():
@@ -271,3 +269,161 @@ def test_bytes_components_pass_through_stages_but_do_not_batch():
     assert ds.element_spec == (bytes, fl.TensorSpec([], fl.int32))
     with pytest.raises(fl.errors.InvalidArgumentError, match="only tensors can be stacked"):
         values(ds.batch(2))
+
+
+# -- list_files -------------------------------------------------------------------------------------
+@pytest.fixture
+def folder(tmp_path):
+    for name in ("b.rec", "a.rec", "c.rec", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    return tmp_path
+
+
+def test_list_files_matches_glob_sorted_without_shuffle(folder):
+    ds = Dataset.list_files(str(folder / "*.rec"), shuffle=False)
+    assert list(ds) == [str(folder / n) for n in ("a.rec", "b.rec", "c.rec")]
+    assert ds.element_spec is str and len(ds) == 3
+    several = Dataset.list_files([str(folder / "*.txt"), folder / "a.*"], shuffle=False)   # PathLike too
+    assert list(several) == [str(folder / "a.rec"), str(folder / "notes.txt")]
+
+
+def test_list_files_shuffles_each_epoch_and_seeds_repeat(folder):
+    for name in "defghijklm":
+        (folder / f"{name}.rec").write_bytes(b"")
+    everything = sorted(str(p) for p in folder.glob("*.rec"))
+    ds = Dataset.list_files(str(folder / "*.rec"), seed=5)
+    epochs = [list(ds) for _ in range(3)]
+    assert all(sorted(e) == everything for e in epochs)
+    assert epochs[0] != epochs[1] or epochs[1] != epochs[2]        # 13 files: repeating orders are unlikely
+    assert [list(Dataset.list_files(str(folder / "*.rec"), seed=5)) for _ in range(1)][0] == epochs[0]
+
+
+def test_list_files_without_a_match_names_the_pattern(tmp_path):
+    with pytest.raises(fl.errors.InvalidArgumentError, match=r"list_files: no files match .*nothing-\*"):
+        Dataset.list_files(str(tmp_path / "nothing-*"))
+
+
+def test_list_files_feeds_a_record_dataset(tmp_path):
+    for shard in range(3):
+        with fl.data.RecordWriter(tmp_path / f"part-{shard}.flrec") as w:
+            for i in range(4):
+                w.write({"x": np.int64(shard * 10 + i)})
+    files = Dataset.list_files(str(tmp_path / "part-*.flrec"), shuffle=False)
+    ds = files.interleave(lambda path: fl.data.RecordDataset(path, decode=True), cycle_length=3)
+    got = [int(e["x"]) for e in ds]
+    assert got == [0, 10, 20, 1, 11, 21, 2, 12, 22, 3, 13, 23]
+
+
+# -- cardinality ------------------------------------------------------------------------------------
+UNKNOWN, INFINITE = fl.data.UNKNOWN_CARDINALITY, fl.data.INFINITE_CARDINALITY
+
+
+def test_cardinality_constants_are_tensorflows():
+    assert (INFINITE, UNKNOWN) == (-1, -2)
+
+
+@SMALL
+@given(st.integers(0, 30), st.integers(1, 7), st.booleans(), st.integers(-1, 40), st.integers(-1, 40),
+       st.integers(1, 4), st.data())
+def test_cardinality_matches_the_number_of_elements(n, size, drop, take, skip, shards, data):
+    index = data.draw(st.integers(0, shards - 1))
+    base = Dataset.range(n)
+    pipelines = [base, base.map(lambda x: x), base.batch(size, drop), base.padded_batch(size, drop_remainder=drop),
+                 base.take(take), base.skip(skip), base.shard(shards, index), base.repeat(3), base.repeat(0),
+                 base.shuffle(4, seed=1).prefetch(2).cache().enumerate(), Dataset.zip(base, base.take(take)),
+                 base.map(lambda x: x, num_parallel_calls=2).take(take).skip(skip).batch(size, drop)]
+    for ds in pipelines:
+        assert int(ds.cardinality()) == len(list(ds)) == len(ds), ds
+
+
+def test_cardinality_infinite_and_unknown():
+    forever = Dataset.range(3).repeat()
+    assert int(forever.cardinality()) == INFINITE and int(forever.take(5).cardinality()) == 5
+    assert int(forever.batch(2).cardinality()) == INFINITE and int(forever.skip(2).cardinality()) == INFINITE
+    assert int(Dataset.zip(forever, Dataset.range(4)).cardinality()) == 4
+    assert int(Dataset.range(0).repeat().cardinality()) == 0
+    unknown = [Dataset.range(5).filter(lambda x: x > 1), Dataset.from_generator(lambda: iter([1])),
+               Dataset.range(5).batch(2).unbatch(), Dataset.range(3).interleave(lambda x: Dataset.range(x)),
+               Dataset.zip(forever, Dataset.range(3).filter(lambda x: True))]
+    for ds in unknown:
+        assert int(ds.cardinality()) == UNKNOWN
+    assert int(unknown[0].repeat().cardinality()) == INFINITE      # as tf.data says, though it may be empty
+    assert int(unknown[0].take(0).cardinality()) == UNKNOWN
+    c = Dataset.range(7).cardinality()
+    assert isinstance(c, fl.Tensor) and c.dtype == fl.int64 and c.shape == ()
+
+
+def test_len_raises_type_error_when_not_known_and_bool_is_always_true():
+    with pytest.raises(TypeError, match="infinite"):
+        len(Dataset.range(3).repeat())
+    with pytest.raises(TypeError, match="unknown"):
+        len(Dataset.range(3).filter(lambda x: x > 0))
+    assert bool(Dataset.range(0)) and bool(Dataset.range(3).filter(lambda x: x > 0))
+    assert list(Dataset.range(3).filter(lambda x: x > 0)) != []     # list() survives the TypeError of len()
+
+
+# -- padded_batch -----------------------------------------------------------------------------------
+def reference_padded_batch(rows, size, width=None, pad=0, drop=False):
+    batches = [rows[i:i + size] for i in range(0, len(rows), size)]
+    if drop:
+        batches = [b for b in batches if len(b) == size]
+    out = []
+    for b in batches:
+        w = width if width is not None else max(len(r) for r in b)
+        out.append([list(r) + [pad] * (w - len(r)) for r in b])
+    return out
+
+
+@SMALL
+@given(st.lists(st.lists(st.integers(-5, 5), max_size=6), min_size=1, max_size=15), st.integers(1, 5), st.booleans(),
+       st.integers(-3, 3))
+def test_padded_batch_matches_a_python_reference(rows, size, drop, pad):
+    ds = Dataset.from_generator(lambda: (np.array(r, np.int32) for r in rows))
+    assert values(ds.padded_batch(size, padding_values=pad, drop_remainder=drop)) == \
+        reference_padded_batch(rows, size, pad=pad, drop=drop)
+    fixed = ds.padded_batch(size, padded_shapes=[6], padding_values=np.int32(pad), drop_remainder=drop)
+    assert values(fixed) == reference_padded_batch(rows, size, width=6, pad=pad, drop=drop)
+
+
+def test_padded_batch_nested_structures_shapes_and_values():
+    def gen():
+        for n in (1, 3, 2):
+            yield {"tokens": np.arange(n, dtype=np.int64), "image": np.ones((n, 2), np.float32)}, np.int64(n)
+    ds = Dataset.from_generator(gen)
+    out = ds.padded_batch(3, padded_shapes=({"tokens": [None], "image": [4, None]}, []),
+                          padding_values=({"tokens": -1, "image": 0.5}, 0))
+    (features, label), = values(out)
+    assert features["tokens"] == [[0, -1, -1], [0, 1, 2], [0, 1, -1]]
+    assert np.array(features["image"]).shape == (3, 4, 2) and features["image"][0][1] == [0.5, 0.5]
+    assert label == [1, 3, 2]
+    spec = out.element_spec
+    assert spec[0]["image"] == fl.TensorSpec([None, 4, None], fl.float32)
+    assert spec[1] == fl.TensorSpec([None], fl.int64)
+    assert Dataset.range(4).map(lambda x: fl.fill([x], x)).padded_batch(2, drop_remainder=True).element_spec == \
+        fl.TensorSpec([2, None], fl.int64)
+
+
+def test_padded_batch_pads_2d_components_along_every_dimension():
+    ds = Dataset.from_generator(lambda: iter([np.ones((1, 3)), np.ones((2, 1))]))
+    (batch,) = values(ds.padded_batch(2))
+    assert batch == [[[1, 1, 1], [0, 0, 0]], [[1, 0, 0], [1, 0, 0]]]
+
+
+def test_padded_batch_errors_name_the_component_and_shapes():
+    rows = Dataset.from_generator(lambda: (np.zeros(n, np.float32) for n in (2, 5)))
+    with pytest.raises(fl.errors.InvalidArgumentError, match=r"element 1 in the batch has shape \[5\], larger "
+                                                             r"than its padded shape \[3\] in dimension 0"):
+        values(rows.padded_batch(2, padded_shapes=[3]))
+    with pytest.raises(fl.errors.InvalidArgumentError, match=r"padded_shapes for the element is \[3, 3\] \(rank 2\)"):
+        values(rows.padded_batch(2, padded_shapes=[3, 3]))
+    mixed = Dataset.from_generator(lambda: iter([np.zeros(2), np.zeros((2, 2))]))
+    with pytest.raises(fl.errors.InvalidArgumentError, match="different ranks"):
+        values(mixed.padded_batch(2))
+    pairs = Dataset.zip(rows, rows)
+    with pytest.raises(ValueError, match=r"padded_shapes has 3 parts, but the element has 2"):
+        values(pairs.padded_batch(2, padded_shapes=([None], [None], [None])))
+    with pytest.raises(fl.errors.InvalidArgumentError, match=r"component \[1\] .*must be a scalar"):
+        values(pairs.padded_batch(2, padding_values=(0.0, np.zeros(2))))
+    words = Dataset.from_generator(lambda: iter([b"a", b"bc"]))
+    with pytest.raises(fl.errors.InvalidArgumentError, match="only tensors can be padded"):
+        values(words.padded_batch(2))

@@ -7,8 +7,11 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flowlab as fl
+from flowlab.data._parallel import MAX_CHUNK
 
 Dataset = fl.data.Dataset
 pytestmark = pytest.mark.timeout(60)
@@ -70,6 +73,30 @@ def test_parallel_map_keeps_input_order_when_later_elements_finish_first():
     assert [int(x) for x in ds] == [2 * i for i in range(12)]
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(-50, 50), max_size=60), st.integers(1, 4), st.booleans(), st.integers(0, 3))
+def test_parallel_map_matches_python_for_any_length_workers_and_order(xs, workers, deterministic, slow_every):
+    # a few slow calls make later elements finish first; chunks and token groups must not reorder or lose any
+    def f(x):
+        if slow_every and int(x) % (slow_every + 2) == 0:
+            time.sleep(0.001)
+        return x * 3 - 1
+    ds = Dataset.from_tensor_slices(np.array(xs, np.int64).reshape(-1))
+    got = [int(v) for v in ds.map(f, num_parallel_calls=workers, deterministic=deterministic)]
+    expected = [x * 3 - 1 for x in xs]
+    assert got == expected if deterministic else sorted(got) == sorted(expected)
+
+
+def test_seeded_shuffle_through_parallel_and_autotuned_stages_is_repeatable():
+    def make():
+        return (Dataset.range(200).shuffle(50, seed=4).map(lambda x: x * 2, num_parallel_calls=fl.data.AUTOTUNE)
+                .batch(7).prefetch(fl.data.AUTOTUNE))
+    first = [b.numpy().tolist() for b in make()]
+    assert first == [b.numpy().tolist() for b in make()]
+    flat = [x for b in first for x in b]
+    assert sorted(flat) == [2 * i for i in range(200)] and flat != sorted(flat)
+
+
 def test_nondeterministic_map_returns_every_element_once():
     for source in (Dataset.range(30), Dataset.range(0), Dataset.range(1)):
         ds = source.map(lambda x: time.sleep(0.001 * (int(x) % 3)) or x, num_parallel_calls=3, deterministic=False)
@@ -93,18 +120,20 @@ def test_threadpool_limit_from_options_reaches_the_map_stage():
     assert 1 <= len(seen) <= 2
 
 
-def test_parallel_map_bounds_what_is_in_flight():
+@pytest.mark.parametrize("seconds, chunk", [(0.02, 1), (0.0, MAX_CHUNK)])
+def test_parallel_map_bounds_what_is_in_flight(seconds, chunk):
+    # a slow function keeps chunks of 1 element (at most 2 per worker in flight); a fast one lets a
+    # worker take up to MAX_CHUNK at once (at most 2 chunks per worker in flight)
     pulled = []
 
     def source():
-        for i in range(100):
+        for i in range(1000):
             pulled.append(i)
             yield i
-    it = iter(Dataset.from_generator(source).map(lambda x: x, num_parallel_calls=2))
-    assert int(next(it)) == 0
-    time.sleep(0.2)          # let the runner fill every free slot; the bound holds whatever the timing
-    assert len(pulled) <= 2 * 2 + 1
-    it.close()
+    with iter(Dataset.from_generator(source).map(lambda x: time.sleep(seconds) or x, num_parallel_calls=2)) as it:
+        assert int(next(it)) == 0
+        time.sleep(0.3)          # let the workers fill every free slot; the bound holds whatever the timing
+        assert len(pulled) <= 2 * 2 * chunk + 1
 
 
 def test_prefetch_keeps_order_and_runs_ahead_in_its_thread():
@@ -181,7 +210,7 @@ def pipelines():
         "chain": lambda: Dataset.range(1000).map(lambda x: x, num_parallel_calls=2).prefetch(2).batch(4).prefetch(1),
         "interleave": lambda: Dataset.range(10).interleave(lambda x: Dataset.range(100).prefetch(2), cycle_length=3,
                                                            num_parallel_calls=3),
-        "repeat": lambda: Dataset.range(10).map(lambda x: x, num_parallel_calls=2).repeat(),
+        "repeat": lambda: Dataset.range(1000).map(lambda x: x, num_parallel_calls=2).repeat(),
     }
 
 
