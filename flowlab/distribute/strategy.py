@@ -411,3 +411,13 @@ def _replica_apply(optimizer, grads_and_vars, apply):
 
 
 set_replica_hook(_replica_apply)
+
+
+# -- Model.compile records the strategy whose scope it runs in (nn does not import distribute) --------
+def _scope_strategy():
+    return get_strategy() if has_strategy() else None
+
+
+from ..nn.keras import _distributed as _keras_distributed  # noqa: E402
+
+_keras_distributed.set_strategy_hook(_scope_strategy)

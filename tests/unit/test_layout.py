@@ -89,3 +89,13 @@ def test_core_fits_its_line_budget():
         total += sum(1 for line in path.read_text().splitlines()
                      if line.strip() and not line.strip().startswith("#"))
     assert total <= CORE_LINE_BUDGET, f"flowlab/core has {total} lines of code; the budget is {CORE_LINE_BUDGET}"
+
+
+def test_test_files_have_unique_names():
+    """pytest imports test files by base name (no __init__.py in tests/): two files with the same name
+    in different tiers break collection of the whole tree, which the fast tier does."""
+    tests = Path(__file__).resolve().parents[1]
+    seen = {}
+    for path in sorted(tests.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert {k: v for k, v in seen.items() if len(v) > 1} == {}

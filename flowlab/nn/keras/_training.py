@@ -5,6 +5,9 @@ inputs have an unknown batch size, so the last, smaller batch runs the same grap
 costs one call of the compiled plan: variables are captured by reference, the optimizer updates
 and metric totals are nodes of the graph, and nothing is converted to Python numbers per batch
 unless a callback asks for a batch's logs (``callbacks.BatchLogs`` reads them on demand).
+
+A model compiled in a distribution strategy's scope (with more than one replica) trains and
+evaluates through :mod:`._distributed` instead: eager steps around ``strategy.run``.
 """
 from __future__ import annotations
 
@@ -15,9 +18,9 @@ from ...core import random as _random
 from ...core.function import TensorSpec, function
 from ...core.ops import array_ops
 from ...core.tensor import convert_to_tensor
-from . import _data
+from . import _data, _distributed
 from ._eager import eager
-from .callbacks import BatchLogs, Callback, CallbackList, History, ProgbarLogger
+from .callbacks import BatchLogs, Callback, CallbackList, History, ModelCheckpoint, ProgbarLogger
 from .progress import ProgressBar
 
 __all__ = ["fit", "evaluate", "predict", "train_on_batch", "batch_size_of"]
@@ -87,6 +90,14 @@ def _runner(model, kind, batch, what, data=None):
         raise _data._error(what, "no targets: give y, or a dataset whose elements are (x, y)")
     specs = _data.specs_of(batch[:1] if kind == "predict" else batch)
     shape, dtype = specs[0]
+    strategy = _distributed.strategy_of(model) if kind != "predict" else None
+    if strategy is not None:       # eager around strategy.run; see _distributed
+        with strategy.scope():
+            model._ensure_built(shape, np.dtype(dtype).name)
+        key = ("distributed", kind, tuple((tuple(s), np.dtype(d).str) for s, d in specs))
+        if key not in model._functions:
+            model._functions[key] = _distributed.runner(model, strategy, kind, specs)
+        return model._functions[key]
     model._ensure_built(shape, np.dtype(dtype).name)
     run = _step_function(model, kind, specs)
     return _unchecked(run) if isinstance(data, _data.ArrayData) and not model.run_eagerly else run
@@ -132,15 +143,23 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
     if validation_data is not None:
         val = _validation(validation_data, validation_batch_size or batch_size)
     epochs, initial_epoch = int(epochs), int(initial_epoch)
-    _ensure_built(model, data)
+    strategy = _distributed.strategy_of(model)
+    if strategy is not None:        # in the scope: with several workers, they all start from worker 0's weights
+        with strategy.scope():
+            _ensure_built(model, data)
+    else:
+        _ensure_built(model, data)
     run = None
 
-    mode = _progress_mode(verbose)
+    chief = _distributed.is_chief(strategy)
+    mode = _progress_mode(verbose) if chief else None
     history = History()
     cbs = list(callbacks or [])
     for cb in cbs:
         if not isinstance(cb, Callback):
             raise TypeError(f"fit: callbacks must be fl.keras.callbacks.Callback objects, got {type(cb).__name__}")
+    if not chief:                  # only the chief writes checkpoints
+        cbs = [cb for cb in cbs if not isinstance(cb, ModelCheckpoint)]
     cbs.append(history)          # after the user's callbacks: it records what they add to the logs
     if mode is not None and not any(isinstance(cb, ProgbarLogger) for cb in cbs):
         cbs.append(ProgbarLogger(mode))
@@ -157,6 +176,9 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
     cblist.on_train_begin({})
     first_epoch, first_step = int(state.epoch), int(state.step)
     seed = int(state.seed) if shuffled else None
+    if strategy is not None and seed is not None:
+        seed = _distributed.shared_seed(strategy, seed)     # every worker shuffles alike
+        state.seed.assign(np.int64(seed))
     begin_hook, end_hook = cblist.wants("on_train_batch_begin"), cblist.wants("on_train_batch_end")
     metric_sources = {m.name: m.result for m in model.metrics}
     logs = {}
@@ -181,6 +203,8 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
         if params["steps"] is None:
             params["steps"] = data.steps
         logs = _logs(_sources(model, out))
+        if strategy is not None:
+            logs = _distributed.reduce_logs(strategy, logs)
         if val is not None and (epoch + 1) % int(validation_freq) == 0:
             val_logs = _evaluate_data(model, val, what="fit (validation_data)")
             logs.update({f"val_{k}": v for k, v in val_logs.items()})
@@ -212,7 +236,9 @@ def _evaluate_data(model, data, callbacks=None, what="evaluate"):
         out = run(*batch)
         if hook:
             callbacks.batch("on_test_batch_end", step, BatchLogs(_sources(model, out)))
-    return _logs(_sources(model, out))
+    logs = _logs(_sources(model, out))
+    strategy = _distributed.strategy_of(model)
+    return _distributed.reduce_logs(strategy, logs) if strategy is not None else logs
 
 
 def evaluate(model, x, y, batch_size, verbose, sample_weight, callbacks):
@@ -222,7 +248,8 @@ def evaluate(model, x, y, batch_size, verbose, sample_weight, callbacks):
         raise _data._error("evaluate", "no targets: give y, or a dataset whose elements are (x, y)")
     cblist = CallbackList(callbacks or [], model, {"steps": data.steps, "verbose": verbose})
     cblist.on_test_begin({})
-    bar = ProgressBar(1, data.steps, title="") if _progress_mode(verbose) else None
+    chief = _distributed.is_chief(_distributed.strategy_of(model))     # only the chief prints
+    bar = ProgressBar(1, data.steps, title="") if _progress_mode(verbose) and chief else None
     if bar is not None:
         bar.start().start_epoch(0)
     logs = _evaluate_data(model, data, cblist)

@@ -13,7 +13,7 @@ from ...core.graph import Graph
 from ...core.tape import GradientTape
 from .. import optimizers as _optimizers
 from ..checkpoint import Checkpoint
-from . import _training
+from . import _distributed, _training
 from . import losses as _losses
 from . import metrics as _metrics
 from .callbacks import FitState
@@ -56,6 +56,7 @@ class Model(Layer):
         self._loss_tracker = None
         self._run_eagerly = False
         self._functions = {}
+        self._distribute_strategy = None
         self._fit_state = FitState()
 
     # -- building --------------------------------------------------------------------------------
@@ -113,6 +114,8 @@ class Model(Layer):
             raise ValueError(f"compile: two metrics have the same name in {names}")
         self._run_eagerly = bool(run_eagerly)
         self._functions = {}
+        # fit and evaluate distribute over the strategy whose scope this compile runs in
+        self._distribute_strategy = _distributed.current_strategy()
 
     @property
     def run_eagerly(self) -> bool:
