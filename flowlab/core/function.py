@@ -175,6 +175,7 @@ class Function:
             s if isinstance(s, TensorSpec) else TensorSpec(*s) for s in input_signature]
         self._name = name or getattr(python_function, "__name__", "function")
         self._cache: dict = {}
+        self._fast: dict = {}   # (shape, dtype) of each argument -> trace, for calls with eager tensors only
         self._trace_count = 0
         self._warned = False
 
@@ -195,6 +196,16 @@ class Function:
             return self.python_function(*args, **kwargs)   # inside another trace: inline
         if st.tapes:
             return self._call_under_tape(st, args, kwargs)
+        if not kwargs:   # the common call, f(x, y) with eager tensors: a key from shapes and dtypes only
+            key = tuple((a._value.shape, a._value.dtype) for a in args if a.__class__ is Tensor)
+            if len(key) == len(args):
+                concrete = self._fast.get(key)
+                if concrete is not None:
+                    return concrete._call_flat([a._value for a in args])
+                concrete, _ = self._concrete(args, kwargs)
+                if list(concrete._tensor_positions) == list(range(len(args))):
+                    self._fast[key] = concrete
+                return concrete._call_flat([a._value for a in args])
         concrete, leaves = self._concrete(args, kwargs)
         arrays = [leaves[i]._value if isinstance(leaves[i], Tensor) else np.asarray(leaves[i])
                   for i in concrete._tensor_positions]

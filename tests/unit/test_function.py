@@ -733,3 +733,24 @@ def test_bool_mask_on_an_unknown_axis_is_a_clear_error():
     f = fl.function(lambda x: x[np.array([True, False])], input_signature=[fl.TensorSpec([None, 3])])
     with pytest.raises(fl.errors.InvalidArgumentError, match="getitem"):
         f(fl.zeros([2, 3]))
+
+
+def test_calls_with_eager_tensors_reuse_traces_by_shape_and_dtype():
+    f = fl.function(lambda x, y: x * y)
+    a, b = fl.constant([1.0, 2.0]), fl.constant([3.0, 4.0])
+    assert f(a, b).numpy().tolist() == [3.0, 8.0] and f(b, a).numpy().tolist() == [3.0, 8.0]
+    assert f.experimental_get_tracing_count() == 1
+    f(fl.constant([1.0]), fl.constant([2.0]))                      # a new shape: a new trace
+    f(fl.constant([1, 2]), fl.constant([3, 4]))                    # a new dtype: a new trace
+    assert f.experimental_get_tracing_count() == 3
+    assert f(a, 2.0).numpy().tolist() == [2.0, 4.0]                # a Python number: traced by value
+    assert f.experimental_get_tracing_count() == 4
+
+
+def test_a_signature_still_refuses_a_wrong_dtype_after_a_fast_call():
+    f = fl.function(lambda x: x + 1.0, input_signature=[fl.TensorSpec([None])])
+    f(fl.constant([1.0]))
+    with pytest.raises(TypeError, match="input_signature"):
+        f(fl.constant([1.0], dtype=fl.float64))
+    assert f(fl.constant([1.0, 2.0, 3.0])).numpy().tolist() == [2.0, 3.0, 4.0]
+    assert f.experimental_get_tracing_count() == 1
