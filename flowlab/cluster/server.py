@@ -338,16 +338,22 @@ def current_server() -> Server | None:
 
 
 def rank() -> int:
-    """This task's index in its job (0 outside a cluster), Horovod's ``hvd.rank()``."""
+    """This task's index in its job, Horovod's ``hvd.rank()``: under ``mpiexec``, the MPI rank; 0 outside
+    a cluster."""
     s = current_server()
-    return s.task_index if s is not None else 0
+    if s is None:
+        from .collectives.comm import current
+        return current().rank
+    return s.task_index
 
 
 def world_size() -> int:
-    """How many tasks this task's job has (1 outside a cluster), Horovod's ``hvd.size()``."""
+    """How many tasks this task's job has, Horovod's ``hvd.size()``: under ``mpiexec``, the MPI world's
+    size; 1 outside a cluster."""
     s = current_server()
     if s is None:
-        return 1
+        from .collectives.comm import current
+        return current().size
     return s.spec.num_tasks(s.job_name) if s.spec else 1
 
 

@@ -55,6 +55,8 @@ SCRIPT = textwrap.dedent('''
         if not ok:
             report["failures"].append(what)
 
+    check((fl.cluster.rank(), fl.cluster.world_size()) == (r, n), "fl.cluster.rank()/world_size() are MPI's")
+
     a = lambda size, k: np.arange(size, dtype=np.float64) + k
     for alg in ["ring", "tree", "naive", "native"]:
         for size in [0, 1, 7, 13]:
