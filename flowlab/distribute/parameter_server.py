@@ -80,6 +80,9 @@ def _ps_push(st, msg):
     opt.apply_gradients([(np.array(g), st.vars[k]) for g, k in zip(grads, keys)])
     for k in keys:
         st.versions[k] += 1
+    step = st.vars.get(body["opt"])   # the optimizer's step counter, where it lives on this ps task
+    if step is not None:
+        step._value = np.array(opt.iterations._value, dtype=step._value.dtype).reshape(step._value.shape)
 
 
 # -- the strategy -----------------------------------------------------------------------------------

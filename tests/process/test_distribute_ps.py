@@ -26,20 +26,22 @@ def _setup(strategy):
             loss = fl.reduce_mean((fl.matmul(xb, w) + b - yb) ** 2)
         opt.apply_gradients(zip(tape.gradient(loss, [w, b]), [w, b]))
         return loss
-    return w, b, step
+    return w, b, step, opt
 
 
 def test_one_worker_is_sequential_sgd_and_never_stale():
     x, y = _data()
     with fl.cluster.LocalCluster(workers=1, ps=2) as cluster:
         strategy = ds.ParameterServerStrategy(cluster)
-        w, b, step = _setup(strategy)
+        w, b, step, opt = _setup(strategy)
         assert {strategy.placement(w), strategy.placement(b)} == {"/job:ps/task:0", "/job:ps/task:1"}
         coordinator = ds.ClusterCoordinator(strategy)
         losses = [coordinator.schedule(step, args=(x[i:i + 8], y[i:i + 8])) for i in range(0, 32, 8)]
         coordinator.join(timeout=120)
         got = [float(r.fetch()) for r in losses]
         stale = strategy.staleness()
+        strategy.pull()
+        steps = int(opt.iterations.numpy())
     rw, rb = fl.Variable(np.zeros((3, 1), np.float32)), fl.Variable(np.zeros(1, np.float32))
     ref_opt = fl.optimizers.SGD(0.1, momentum=0.5)
     ref = []
@@ -52,13 +54,14 @@ def test_one_worker_is_sequential_sgd_and_never_stale():
     np.testing.assert_allclose(w.numpy(), rw.numpy(), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(b.numpy(), rb.numpy(), rtol=1e-5, atol=1e-7)
     assert stale == [0] * 8          # 4 steps x 2 variables, each read right before its own push
+    assert steps == 4                # the step counter on the ps task counted every step
 
 
 def test_two_workers_train_asynchronously():
     x, y = _data()
     with fl.cluster.LocalCluster(workers=2, ps=1) as cluster:
         strategy = ds.ParameterServerStrategy(cluster)
-        w, b, step = _setup(strategy)
+        w, b, step, opt = _setup(strategy)
         coordinator = ds.ClusterCoordinator(strategy)
         first = coordinator.schedule(step, args=(x, y)).fetch(120)
         results = [coordinator.schedule(step, args=(x[i:i + 8], y[i:i + 8])) for _ in range(5) for i in range(0, 32, 8)]
