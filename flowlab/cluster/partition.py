@@ -151,20 +151,7 @@ class PartitionedPlan:
         self.conn, self.graph, self.soft = conn, graph, soft
         self.fetches, self.feeds = list(fetches), list(feeds)
         fed = {id(t.node): i for i, t in enumerate(self.feeds)}
-        needed, stack = set(), [t.node for t in self.fetches]
-        while stack:
-            node = stack.pop()
-            if node.index in needed:
-                continue
-            needed.add(node.index)
-            if id(node) not in fed:
-                stack.extend(t.node for t in node.inputs)
-        self.nodes = [n for n in graph.nodes if n.index in needed and id(n) not in fed]
-        for n in self.nodes:
-            if n.op.name == "placeholder":
-                raise InvalidArgumentError(f"placeholder {n.output.name} must be fed a value (it is needed for "
-                                           f"{', '.join(t.name for t in self.fetches)}): pass it in feed_dict",
-                                           op="placeholder")
+        self.nodes = graph.nodes_for(self.fetches, self.feeds)
         where, entries, feeds_of, recvs = {}, {}, {}, set()
         self._position = {}       # node index -> its place in its task's partition
         for n in self.nodes:

@@ -296,10 +296,7 @@ class Session:
             entry = self._plans[key] = _Compiled(plan)
             self.plans_compiled += 1
             return entry
-        try:
-            plan = compile_plan(self.graph, targets, feeds, run_stateful=False)
-        except ValueError as e:   # a placeholder nobody fed
-            raise InvalidArgumentError(f"{e}: pass it in feed_dict", op="placeholder") from None
+        plan = compile_plan(self.graph, targets, feeds, run_stateful=False)
         self._check_placement(plan)
         entry = self._plans[key] = _Compiled(plan)
         self.plans_compiled += 1

@@ -24,23 +24,9 @@ class Plan:
 
     def __init__(self, graph, fetches, feeds, run_stateful, passes=DEFAULT_PASSES):
         self.graph, self.fetches, self.feeds = graph, list(fetches), list(feeds)
-        fed = {id(t.node) for t in self.feeds}
-        needed = set()
-        stack = [t.node for t in self.fetches]
-        if run_stateful:  # a traced function runs every side effect it made, in program order
-            stack += [n for n in graph.nodes if n.op.stateful]
-        while stack:
-            node = stack.pop()
-            if node.index in needed:
-                continue
-            needed.add(node.index)
-            if id(node) not in fed:
-                stack.extend(t.node for t in node.inputs)
-        self.nodes = [n for n in graph.nodes if n.index in needed and id(n) not in fed]
-        for n in self.nodes:
-            if n.op.name == "placeholder":
-                raise ValueError(f"placeholder {n.output.name} must be fed a value (it is needed for "
-                                 f"{', '.join(t.name for t in self.fetches)})")
+        stateful = [n for n in graph.nodes if n.op.stateful] if run_stateful else ()
+        # a traced function runs every side effect it made, in program order
+        self.nodes = graph.nodes_for(self.fetches, self.feeds, also=stateful)
         # traced_nodes: as traced; nodes and outputs (the fetches' values): after the passes
         self.traced_nodes = self.nodes
         self.nodes, self.outputs = optimize(self.nodes, self.fetches, self.feeds, passes)

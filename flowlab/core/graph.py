@@ -201,6 +201,26 @@ class Graph:
         self.version += 1
         return out
 
+    def nodes_for(self, fetches, feeds=(), also=()) -> list:
+        """The nodes to run, in program order, to compute ``fetches`` from ``feeds`` (plus the nodes
+        ``also`` names and what they need). A placeholder among them that is not fed is an error."""
+        fed = {id(t.node) for t in feeds}
+        needed, stack = set(), [t.node for t in fetches] + list(also)
+        while stack:
+            node = stack.pop()
+            if node.index in needed:
+                continue
+            needed.add(node.index)
+            if id(node) not in fed:
+                stack.extend(t.node for t in node.inputs)
+        nodes = [n for n in self.nodes if n.index in needed and id(n) not in fed]
+        for n in nodes:
+            if n.op.name == "placeholder":
+                raise InvalidArgumentError(
+                    f"placeholder {n.output.name} must be fed a value (it is needed for "
+                    f"{', '.join(t.name for t in fetches)}): pass it in feed_dict", op="placeholder")
+        return nodes
+
     def placeholder(self, dtype, shape=None, name=None) -> GraphTensor:
         """A graph input of ``dtype`` and ``shape`` (None dims: any size), fed when the graph runs."""
         if shape is None:
