@@ -54,14 +54,6 @@ say = E.say
 CheckFailed = E.CheckFailed
 
 
-def warm_blas():
-    """One 128x256 @ 256x512 float32 matmul. On some machines (seen on a 2-core VM with the OpenBLAS
-    0.3.31 that numpy wheels ship) small single-threaded sgemms run 3-4x slower until a larger one
-    has run once in the process; numpy and flowlab share that BLAS, so both are warmed alike."""
-    a, b = np.ones((128, 256), F32), np.ones((256, 512), F32)
-    a @ b
-
-
 def order_of(seed, epoch, n):
     return np.random.default_rng([seed, epoch]).permutation(n)
 
@@ -262,12 +254,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short smoke run (rough numbers)")
     parser.add_argument("--no-torch", action="store_true", help="skip torch even if it is installed")
-    parser.add_argument("--cold-blas", action="store_true", help="skip the BLAS warm-up (see warm_blas)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     parser.add_argument("--profile", action="store_true", help="instead, profile fit at batch 32 (pyinstrument)")
     args = parser.parse_args(argv)
-    if not args.cold_blas:
-        warm_blas()
     if args.profile:
         profile()
         return 0
@@ -279,7 +268,7 @@ def main(argv=None):
     torch = E.load_torch(args.no_torch, blas_threads)
     say(f"flowlab fit benchmark ({mode_name} run{'; numbers are rough' if args.quick else ''})",
         *C.machine_lines(fl, blas_threads, torch),
-        f"blas    : {'not warmed (--cold-blas)' if args.cold_blas else 'warmed by one 128x256x512 matmul first'}")
+        "blas    : warmed by `import flowlab` (one 128x256x512 matmul; see flowlab/core/config.py)")
     (x, y), _ = fl.datasets.digits()
     params = E.init_params(seed=0)
     results, checks = {}, []
@@ -294,7 +283,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"mode": mode_name, "blas_threads": blas_threads, "cores": C.usable_cores(),
-                       "torch": getattr(torch, "__version__", None), "cold_blas": args.cold_blas,
+                       "torch": getattr(torch, "__version__", None),
                        "samples_per_second": {str(k): v for k, v in results.items()}}, f, indent=2)
     return 0
 
