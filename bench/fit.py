@@ -34,7 +34,6 @@ import eager as E  # noqa: E402  (the MLP's weights, its numpy step and its torc
 import flowlab as fl  # noqa: E402
 import flowlab.datasets  # noqa: E402,F401
 
-F32 = np.float32
 BATCHES = (32, 128)
 MODES = {
     # target: seconds of training per timing sample; rounds: samples per implementation (median kept);
