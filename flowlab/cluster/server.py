@@ -50,10 +50,11 @@ class Reply:
 _HANDLERS: dict[str, tuple] = {}
 
 
-def handler(type: str, inline: bool = True):
-    """Register ``fn(server, msg)`` for message ``type`` on every server (a decorator)."""
+def handler(type: str, inline: bool = True, reply: bool = True):
+    """Register ``fn(server, msg)`` for message ``type`` on every server (a decorator); see
+    :meth:`Server.register` for ``inline`` and ``reply``."""
     def register(fn):
-        _HANDLERS[type] = (fn, inline)
+        _HANDLERS[type] = (fn, inline, reply)
         return fn
     return register
 
@@ -238,9 +239,12 @@ class Server:
         """``flowlab://host:port``: what a client or a Session connects to."""
         return f"flowlab://{self.address}"
 
-    def register(self, type: str, fn, inline: bool = True) -> None:
-        """Handle messages of ``type`` on this server with ``fn(server, msg)``."""
-        self._handlers[type] = (fn, inline)
+    def register(self, type: str, fn, inline: bool = True, reply: bool = True) -> None:
+        """Handle messages of ``type`` on this server with ``fn(server, msg)``: in the loop's own
+        thread when ``inline``, else on the server's exec thread. With ``reply=False`` the messages
+        are one-way (always handled in the loop's thread): nothing is sent back, not even an error, which is logged and counted in
+        ``stats["oneway_errors"]`` instead (for streams whose sender never waits for an answer)."""
+        self._handlers[type] = (fn, inline, reply)
 
     def peers(self):
         """A Client to the other tasks of this server's cluster (for pushes between tasks)."""
@@ -275,6 +279,8 @@ class Server:
                 self._answer(peer, msg, None, listener.send,
                              error=ClusterError(f"{self.name} has no handler for messages of type {msg.type!r} "
                                                 f"(it has {sorted(handlers)})"))
+            elif not entry[2]:
+                self._oneway(msg, entry[0])
             elif entry[1]:
                 self._answer(peer, msg, entry[0], listener.send)
             else:
@@ -301,6 +307,13 @@ class Server:
         except Exception as e:   # an unsendable result (a dtype we do not ship, ...)
             frames = self._signer.pack("reply", msg.sender, {"re": msg.seq, "ok": False, "error": error_info(e)})
         send(peer, frames)
+
+    def _oneway(self, msg, fn):
+        try:
+            fn(self, msg)
+        except Exception as e:   # noqa: BLE001 - nobody waits for an answer: log it, serve on
+            self.stats["oneway_errors"] = self.stats.get("oneway_errors", 0) + 1
+            log.warning("%s: the handler of one-way message %r failed: %s", self.name, msg.type, e)
 
     def _start_exec(self):
         if self._exec_thread is None:

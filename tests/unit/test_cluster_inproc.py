@@ -118,6 +118,18 @@ def test_custom_handlers_inline_and_on_the_execution_thread(cluster):
     assert client.result(p).body["waited"] is True
 
 
+def test_one_way_handlers_send_nothing_back_and_count_their_errors(cluster):
+    (s0, _), client = cluster
+    seen = []
+    s0.register("note", lambda server, msg: seen.append(msg.body["n"]), reply=False)
+    s0.register("bad", lambda server, msg: 1 / 0, reply=False)
+    pending = [client.submit(s0.name, "note", {"n": n}) for n in range(3)] + [client.submit(s0.name, "bad")]
+    assert client.request(s0.name, "ping").body["ok"]     # answered after the four one-way messages
+    assert seen == [0, 1, 2] and s0.stats["oneway_errors"] == 1
+    with pytest.raises(ClusterTimeoutError):
+        client.result(pending[0], timeout=0.2)             # no reply ever comes for a one-way message
+
+
 def test_a_call_to_a_stopped_server_times_out_with_the_task_named(cluster):
     (s0, _), client = cluster
     s0.stop()
