@@ -11,7 +11,9 @@ chain becomes one fused node), torch eager and ``torch.compile``. Part 2 times o
 64-256-256-10 MLP of bench/eager.py at batch 32 the same ways (after checking that all of them
 train to the same weights). Part 3 shows what each pass does to the MLP step and to the chain:
 nodes left after each pass, and the time per call of the plan compiled with the passes up to it.
-Part 4 prints the targets with PASS or MISS.
+Part 4 prints the targets with PASS or MISS. Where a C compiler works, fused groups of 8 ops or
+more run compiled to C (flowlab/core/passes/_cfusion.py); ``--no-compiled-fusion`` runs them with
+numpy kernels, as before compiled fusion existed.
 
 ``torch.compile`` runs in a child process: it is skipped, with the reason printed, when torch is
 missing, when compiling fails (it needs a C++ compiler), or when it takes over 60 seconds.
@@ -115,14 +117,21 @@ def chain_benchmarks(torch, mode):
             fn_t = torch.tanh if "tanh" in name else torch.maximum
             envs["torch"] = dict(f=lambda: chain(ta, tb, td, fn_t))
         want = chain(a, b, d, fn_np)
+        values = {}
         for impl, env in envs.items():
             got = env["f"]()
-            got = got.numpy() if hasattr(got, "numpy") else np.asarray(got)
+            values[impl] = got = got.numpy() if hasattr(got, "numpy") else np.asarray(got)
             if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
                 raise CheckFailed(f"{name}: {impl} gives a different result than numpy")
+        compiled = any(getattr(n.op.kernel, "compiled", False)
+                       for n in graph.get_concrete_function(fa, fb, fd)._plan.nodes)
+        if "tanh" not in name and not np.array_equal(values["graph"], values["no passes"]):
+            raise CheckFailed(f"{name}: the graph with passes differs from the one without (arithmetic only: "
+                              "compiled or not, the bits must be the same)")
         cases = {impl: (timeit.Timer("f()", globals=env), None, None) for impl, env in envs.items()}
         results[name] = C.min_time_per_call(cases, mode["op_repeats"], mode["op_target"])
-        counts[name] = tuple(len(f.get_concrete_function(fa, fb, fd)._plan.nodes) for f in (plain, graph))
+        counts[name] = tuple(len(f.get_concrete_function(fa, fb, fd)._plan.nodes) for f in (plain, graph)) + (
+            compiled, float(np.max(np.abs(values["graph"] - want))))
     return results, counts
 
 
@@ -288,8 +297,12 @@ def print_chain_table(results, counts, compiled, mode):
     say("   eager: fl tensors, no tape; no passes: @fl.function compiled with passes=(); graph: @fl.function "
         "(default passes).",
         "   eager/graph and no-passes/graph: how many times faster the graph is. " +
-        "; ".join(f"{name}: {traced_n} nodes, {plan_n} after the passes" for name, (traced_n, plan_n) in
-                  counts.items()) + ".")
+        "; ".join(f"{name}: {traced_n} nodes, {plan_n} after the passes ({'compiled to C' if comp else 'numpy kernel'})"
+                  for name, (traced_n, plan_n, comp, _) in counts.items()) + ".",
+        "   check: every implementation within 1e-5 + 1e-4*|x| of numpy; the cheap chain (arithmetic only) "
+        "graph == no passes bit for bit; the tanh chain's graph differs from numpy by at most " +
+        f"{counts['chain100 tanh 64x64'][3]:.1e}" + (" (compiled tanh: within 2 ULP per op, compounded over 33 tanh)."
+                                                     if counts["chain100 tanh 64x64"][2] else "."))
 
 
 def print_mlp_table(results, check, compiled, mode):
@@ -333,8 +346,12 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="short smoke run (rough numbers, no torch.compile)")
     parser.add_argument("--no-torch", action="store_true", help="skip torch even if it is installed")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    parser.add_argument("--no-compiled-fusion", action="store_true",
+                        help="run fused groups with numpy kernels (fl.config.set_compiled_fusion(False)): the 'before'")
     parser.add_argument("--torch-compile-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.no_compiled_fusion:
+        fl.config.set_compiled_fusion(False)
     if args.torch_compile_child:
         torch_compile_child()
         return 0
@@ -346,6 +363,10 @@ def main(argv=None):
     torch = E.load_torch(args.no_torch, blas_threads)
     say(f"flowlab graph benchmark ({mode_name} run{'; numbers are rough' if args.quick else ''})",
         *C.machine_lines(fl, blas_threads, torch))
+    info = fl.config.compiled_fusion_info()
+    say("compiled fusion: " + ("off" if not info["enabled"] else "no C compiler found (numpy kernels)"
+                               if not info["available"] else f"on ({info['compiler_version']}; {info['flags']}; "
+                               f"cache {info['cache_dir']})"))
     compiled = torch_compile_results(torch, mode)
     say("torch.compile: " + (f"compiled and timed in {compiled['compile_s']:.0f} s in a child process"
                              if isinstance(compiled, dict) else compiled))
@@ -360,7 +381,8 @@ def main(argv=None):
     say("", f"done in {time.perf_counter() - t_start:.1f} s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"mode": mode_name, "blas_threads": blas_threads, "chains_seconds_per_call": chain_results,
+            json.dump({"mode": mode_name, "blas_threads": blas_threads, "compiled_fusion": info,
+                       "chains_seconds_per_call": chain_results,
                        "mlp_seconds_per_step": mlp_results, "torch_compile": compiled,
                        "passes": {k: [list(r) for r in v] for k, v in report.items()}}, f, indent=2)
     return 0

@@ -1,9 +1,12 @@
-"""Process-wide settings: BLAS threads and logical devices.
+"""Process-wide settings: BLAS threads, logical devices and compiled fusion.
 
 Small matmuls run 2 to 3 times faster with one BLAS thread than with two on a 2-core machine
 (threads spin up and synchronise for microseconds of work), and worker processes that share a
 machine should not each start a full thread pool. So importing flowlab sets BLAS to
 ``FLOWLAB_BLAS_THREADS`` threads (default 1); ``set_blas_threads`` changes it at any time.
+
+Compiled fusion (``set_compiled_fusion``, ``compiled_fusion_info``): where a C compiler works,
+long fused chains of elementwise ops in ``@fl.function`` graphs run as C compiled for this CPU.
 
 Logical devices let one process act as several (``set_logical_devices``): placement lessons and
 mirrored strategies run on a laptop. Where they run is in ``backends.backend_for_device``.
@@ -19,7 +22,8 @@ import numpy as np
 from .backends import gpu_count
 
 __all__ = ["set_blas_threads", "get_blas_threads", "blas_info", "set_logical_devices", "list_logical_devices",
-           "list_physical_devices", "LogicalDevice", "PhysicalDevice"]
+           "list_physical_devices", "LogicalDevice", "PhysicalDevice", "set_compiled_fusion",
+           "compiled_fusion_info"]
 
 _DEFAULT = "FLOWLAB_BLAS_THREADS"
 _limiter = None
@@ -64,6 +68,39 @@ def _warm_blas() -> None:
     until OpenBLAS has run one such product in a process, small single-threaded matmuls (32x256 @
     256x256) take 2.5 to 3 times longer (380 vs 136 us). It costs about 3 ms, once, at import."""
     np.ones((128, 256), np.float32) @ np.ones((256, 512), np.float32)
+
+
+# -- compiled fusion --------------------------------------------------------------------------
+def set_compiled_fusion(enabled: bool) -> None:
+    """Compile fused groups of elementwise ops to C (True, the default where a C compiler works;
+    ``FLOWLAB_COMPILED_FUSION=0`` makes it False at start) or run them with numpy (False).
+
+    It applies to plans built afterwards (a function traced before keeps its kernels). A group
+    compiles when it has at least 8 ops, all float32 or all float64, and its inputs are full-size
+    arrays or single values (core/passes/_cfusion.py). Arithmetic, comparisons and logical ops give
+    the same bits as numpy. exp, log, sigmoid and tanh use flowlab's own float32 code: within 1 ULP
+    (2 for tanh) of the correctly rounded value, so a graph with them can differ from eager by
+    that much per op (deterministic: the same bits in every run and process, unless compiling
+    fails in one of them, which warns). Compiled libraries are cached in
+    ``$FLOWLAB_CACHE_DIR/kernels`` (default ``~/.cache/flowlab/kernels``).
+
+    >>> import flowlab as fl
+    >>> fl.config.set_compiled_fusion(False)
+    >>> fl.config.compiled_fusion_info()["enabled"]
+    False
+    >>> fl.config.set_compiled_fusion(True)
+    """
+    from .passes import _ccompile
+    _ccompile.set_enabled(enabled)
+
+
+def compiled_fusion_info() -> dict:
+    """Whether compiled fusion is on (``enabled``) and works here (``available``: a C compiler
+    was found; None while off), the ``compiler`` and its version, the ``flags``, the
+    ``cache_dir``, and counts of libraries ``compiled``, ``loaded`` from the cache and ``failed``
+    in this process."""
+    from .passes import _ccompile
+    return _ccompile.info()
 
 
 # -- logical devices --------------------------------------------------------------------------
