@@ -22,9 +22,9 @@ from ..core.graph import GraphTensor, Node
 from ..core.tensor import Tensor
 from ..core.tensor import Variable as _CoreVariable
 
-__all__ = ["Graph", "Operation", "GroupOperation", "get_default_graph", "reset_default_graph", "graph_function", "building",
-           "name_scope", "group", "no_op", "GraphKeys", "get_collection", "add_to_collection",
-           "get_collection_ref", "graph_info"]
+__all__ = ["Graph", "Operation", "GroupOperation", "get_default_graph", "reset_default_graph", "graph_function",
+           "building", "name_scope", "scope_prefix", "control_dependencies", "group", "no_op", "GraphKeys",
+           "get_collection", "add_to_collection", "get_collection_ref", "graph_info"]
 
 
 class GraphKeys:
@@ -117,8 +117,9 @@ class _Tensor(GraphTensor):
 
 
 class Graph(_core_graph.Graph):
-    """flowlab's ``Graph`` with TF1 manners: see the module docstring. ``finalize()`` makes it
-    read-only, which catches a training loop that keeps adding nodes.
+    """flowlab's ``Graph`` with TF1 manners: see the module docstring. Names, name scopes,
+    ``control_dependencies`` and ``finalize()`` (read-only: catches a training loop that keeps
+    adding nodes) are the core Graph's.
 
     >>> import flowlab.compat.v1 as tf
     >>> g = tf.Graph()
@@ -131,33 +132,6 @@ class Graph(_core_graph.Graph):
 
     tensor_class = _Tensor    # hashable tensors with .eval(), nodes with .run(), as in TF1
     node_class = Operation
-
-    def __init__(self, name: str = "graph"):
-        super().__init__(name)
-        self._finalized = False
-
-    def _append(self, op, inputs, attrs, shape, dtype, name=None):
-        if self._finalized:
-            raise RuntimeError(f"graph {self.name!r} is finalized and cannot be modified (it would get a "
-                               f"{op.name} node): build every op before the training loop")
-        if name is None:
-            name = _scope_prefix() + op.name
-        return super()._append(op, inputs, attrs, shape, dtype, name)
-
-    def finalize(self):
-        """Forbid adding nodes from now on (``tf.train.MonitoredSession`` does this in TF1)."""
-        self._finalized = True
-
-    @property
-    def finalized(self) -> bool:
-        return self._finalized
-
-    def _unfinalize(self):
-        self._finalized = False
-
-    def _rename(self, node, name, scoped=True):
-        """Give ``node`` the name the user asked for (made unique; under the name scope if ``scoped``)."""
-        node.name = self._unique((_scope_prefix() if scoped else "") + name)
 
     def get_operation_by_name(self, name: str):
         for node in self.nodes:
@@ -176,9 +150,6 @@ class Graph(_core_graph.Graph):
     def device(self, device_name):
         from ..core.device import device
         return device(device_name)
-
-    def name_scope(self, name):
-        return name_scope(name)
 
 
 # -- the process's default graph ------------------------------------------------------------------
@@ -210,9 +181,10 @@ def graph_info(graph):
 
 
 class _GraphInfo:
-    __slots__ = ("variable_names", "store", "unshaped", "groups")
+    __slots__ = ("variable_names", "store", "unshaped", "groups", "lock")
 
     def __init__(self):
+        self.lock = threading.RLock()      # held while a local session's values are in the variables
         self.groups: dict = {}             # tf.group operations by name (they are not nodes)
         self.variable_names: set = set()   # names of tf.Variables (unique within the graph)
         self.store: dict = {}              # get_variable: full name -> Variable
@@ -255,41 +227,65 @@ def graph_function(fn, tf_name=None):
         graph = state().graph or graph_of(args, kwargs) or get_default_graph()
         with building(graph) as graph:
             out = as_graph_value(graph, fn(*args, **kwargs))
-        if name and isinstance(out, GraphTensor) and isinstance(out.graph, Graph):
-            out.graph._rename(out.node, name)
+        if name and isinstance(out, GraphTensor):
+            out.graph.rename(out.node, name)
         return out
     if tf_name:
         build.__name__ = build.__qualname__ = tf_name
     return build
 
 
-# -- name scopes ----------------------------------------------------------------------------------
-_scopes = threading.local()
-
-
-def _scope_stack():
-    stack = getattr(_scopes, "names", None)
-    if stack is None:
-        stack = _scopes.names = []
-    return stack
-
-
-def _scope_prefix() -> str:
-    stack = _scope_stack()
-    return stack[-1] if stack else ""
-
-
-@contextlib.contextmanager
+# -- name scopes and control dependencies: the default graph's ----------------------------------
 def name_scope(name, default_name=None, values=None):
-    """Prefix the names of the nodes made inside with ``name/`` (nested scopes add up)."""
-    name = name or default_name
-    stack = _scope_stack()
-    prefix = (f"{_scope_prefix()}{name}/" if name else "")
-    stack.append(prefix)
-    try:
-        yield prefix
-    finally:
-        stack.pop()
+    """Prefix the names of the nodes made inside with ``name/`` (nested scopes add up; see
+    ``Graph.name_scope``): a scope of the graph of ``values`` if given, else of the default graph."""
+    graph = graph_of([values] if values is not None else ()) or get_default_graph()
+    return graph.name_scope(name or default_name)
+
+
+def scope_prefix(graph=None) -> str:
+    """The name prefix of the current name scope of ``graph`` (default: the default graph)."""
+    return (graph or get_default_graph()).scope_prefix()
+
+
+def control_nodes(x) -> list:
+    """The nodes a control dependency on ``x`` waits for: a tf.group's inputs, an operation, a
+    tensor's node, a variable's read."""
+    if isinstance(x, GroupOperation):
+        return [t.node for t in x.inputs]
+    if isinstance(x, Node):
+        return [x]
+    if isinstance(x, GraphTensor):
+        return [x.node]
+    if isinstance(x, _CoreVariable) and getattr(x, "graph", None) is not None:
+        return [x.value().node]
+    raise TypeError(f"tf.control_dependencies takes operations and tensors, not {type(x).__name__}")
+
+
+def control_dependencies(control_inputs):
+    """``with tf.control_dependencies([train_op]): after = tf.identity(loss)``: the ops made inside
+    run only after ``control_inputs`` (operations, tensors, tf.group results), and running one of
+    them runs those first. ``None`` clears the enclosing blocks' dependencies inside.
+
+    >>> import flowlab.compat.v1 as tf
+    >>> with tf.Graph().as_default():
+    ...     w = tf.Variable(1.0)
+    ...     step = tf.assign_add(w, 1.0)
+    ...     with tf.control_dependencies([step]):
+    ...         after = tf.identity(w)
+    ...     with tf.Session() as sess:
+    ...         sess.run(w.initializer)
+    ...         print(sess.run(after), sess.run(after))
+    2.0 3.0
+    """
+    graph = state().graph or get_default_graph()
+    if control_inputs is None:
+        return graph.control_dependencies(None)
+    nodes = []
+    for x in control_inputs:
+        nodes.extend(control_nodes(x))
+    graph = nodes[0].graph if nodes and state().graph is None else graph
+    return graph.control_dependencies(nodes)
 
 
 # -- grouping and collections ---------------------------------------------------------------------
@@ -331,12 +327,13 @@ def group(*inputs, name=None):
         for item in (x if isinstance(x, (list, tuple)) else [x]):
             tensors.extend(t for t in _fetchables(item) if not any(t is u for u in tensors))
     graph = state().graph or graph_of(tensors) or get_default_graph()
+    for c in graph.current_control_inputs():   # made in a control_dependencies block: runs those too
+        if not any(c.output is u for u in tensors):
+            tensors.append(c.output)
     for t in tensors:
         if t.graph is not graph:
             raise ValueError(f"tf.group: {t.name} belongs to graph {t.graph.name!r}, not {graph.name!r}")
-    name = _scope_prefix() + (name or "group_deps")
-    if isinstance(graph, Graph):
-        name = graph._unique(name)
+    name = graph.unique_name(graph.scope_prefix() + (name or "group_deps"))
     op = GroupOperation(graph, tensors, name)
     graph_info(graph).groups[name] = op
     return op

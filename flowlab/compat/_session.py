@@ -6,6 +6,15 @@ executor for a plan that computes them from the fed tensors: only the nodes the 
 (TF1 semantics), in the order they were built. Plans are compiled once per (fetches, feeds) and
 kept until the graph changes. Before a plan runs, the session checks that every TF1 variable it
 reads has been initialized; after, it marks the variables the plan initialized.
+
+Variables' values: a local session (no target) owns the values of the TF1 variables it runs, as
+in TF1: two sessions on one graph each run their own initializer and hold their own values. The
+session keeps them in ``_values`` and, around each run that touches variables, puts them into the
+variables (a variable it has no value for holds its uninitialized stand-in), runs the plan, and
+takes the results back; a lock per graph keeps two threads' sessions from mixing them. Between
+runs a variable holds the value of the last local session that ran it with a value (a session
+that has none puts back what was there). A cluster session leaves
+values where they live, on the cluster's tasks, shared by every session connected to it.
 """
 from __future__ import annotations
 
@@ -68,21 +77,23 @@ class _Compiled:
     """A plan with what the session checks around it: variables read before the plan sets them,
     and variables the plan initializes."""
 
-    __slots__ = ("plan", "must_be_initialized", "initializes")
+    __slots__ = ("plan", "must_be_initialized", "initializes", "variables")
 
     def __init__(self, plan):
         self.plan = plan
-        checks, sets, set_so_far = [], [], set()
+        checks, sets, set_so_far, variables = [], [], set(), {}
         for node in _user_nodes(plan):
             v = node.attrs.get("variable") if node.attrs else None
             if not isinstance(v, Variable):
                 continue
+            variables[id(v)] = v
             if node.op.name == "assign" and node.attrs.get("mode") == "set":
                 set_so_far.add(id(v))
                 sets.append(v)
             elif id(v) not in set_so_far:
                 checks.append((v, node))
         self.must_be_initialized, self.initializes = checks, sets
+        self.variables = list(variables.values())   # the TF1 variables it reads or changes
 
 
 class Session:
@@ -131,6 +142,7 @@ class Session:
         self._seen_version = None
         self._growth = 0              # runs in a row that found the graph changed
         self._warned = False
+        self._values: dict = {}       # a local session's TF1 variables -> their values in this session
 
     # -- the default session ----------------------------------------------------------------------
     def as_default(self):
@@ -156,6 +168,7 @@ class Session:
         """Release the session's plans; running it afterwards is an error."""
         self._closed = True
         self._plans.clear()
+        self._values.clear()
         if self._remote is not None:
             self._remote.close()
 
@@ -172,15 +185,67 @@ class Session:
         feeds, arrays = self._feeds(feed_dict)
         if targets:
             compiled = self._compiled(targets, feeds)
-            for variable, node in compiled.must_be_initialized:
-                if not variable._initialized:
-                    raise uninitialized_error(variable, f"needed by {_names(targets)}", node)
-            values = compiled.plan(*arrays)
-            for variable in compiled.initializes:
-                variable._initialized = True
+            if compiled.variables and self._remote is None:
+                with graph_info(self.graph).lock:
+                    before = self._swap_in(compiled.variables)
+                    try:
+                        values = self._run(compiled, targets, arrays)
+                    finally:
+                        self._swap_out(compiled.variables, before)
+            else:
+                values = self._run(compiled, targets, arrays)
         else:
             values = ()
         return _rebuild(template, values)
+
+    def _run(self, compiled, targets, arrays):
+        for variable, node in compiled.must_be_initialized:
+            if not variable._initialized:
+                raise uninitialized_error(variable, f"needed by {_names(targets)} in this session", node)
+        values = compiled.plan(*arrays)
+        for variable in compiled.initializes:
+            variable._initialized = True
+        return values
+
+    def _swap_in(self, variables):
+        """Give each variable this session's value (or its stand-in: not initialized here); returns
+        what they held."""
+        own, before = self._values, []
+        for v in variables:
+            before.append((v._value, v._initialized))
+            value = own.get(v)
+            if value is None:
+                v._value, v._initialized = v._stand_in, False
+            else:
+                v._value, v._initialized = value, True
+        return before
+
+    def _swap_out(self, variables, before):
+        """Keep the values this run left; a variable this session has not initialized gets back
+        what it held (another session's value, a cluster session's mark)."""
+        own = self._values
+        for v, (value, initialized) in zip(variables, before):
+            if v._initialized:
+                own[v] = v._value
+            else:
+                v._value, v._initialized = value, initialized
+
+    def variable_value(self, variable):
+        """``variable``'s value in this session (a read-only array), without running anything;
+        FailedPreconditionError if this session has not initialized it."""
+        if self._remote is not None:
+            return self.run(variable)
+        value = self._values.get(variable)
+        if value is None:
+            raise uninitialized_error(variable, "in this session")
+        return readonly_numpy(value)
+
+    def _set_variable(self, variable, value):
+        """Set ``variable``'s value in this session (``Variable.load``)."""
+        if self._remote is None:
+            with graph_info(self.graph).lock:
+                self._values[variable] = value
+        variable._value, variable._initialized = value, True
 
     def _structure(self, fetch, targets):
         """The fetch structure with each leaf replaced by its index in ``targets`` (which it fills),

@@ -7,8 +7,9 @@ initializer, which sets it to the initial value). Until some session has run the
 variable holds a read-only stand-in of the right shape and dtype, so graphs can be built on it,
 and a session that would read it raises ``FailedPreconditionError`` naming it.
 
-NOTE: the value lives in the variable, so every session of this process sees the same value
-(TF1 keeps one copy per session). Re-run the initializer to start again.
+Each local session keeps its own values of the variables (as TF1 does): a new session must run
+the initializer again, and two sessions on one graph train separate copies. Sessions connected to
+a cluster share the values on its tasks (see ``_session.py``).
 """
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ class Variable(_CoreVariable):
     [2. 2.] [2. 2.]
     """
 
-    __slots__ = ("graph", "initializer", "_initial_value", "_snapshot", "_initialized", "_placement")
+    __slots__ = ("graph", "initializer", "_initial_value", "_snapshot", "_initialized", "_placement", "_stand_in")
 
     def __init__(self, initial_value=None, trainable=True, collections=None, validate_shape=True,
                  caching_device=None, name=None, variable_def=None, dtype=None, **_unused):
@@ -96,14 +97,15 @@ class Variable(_CoreVariable):
                 super().__init__(stand_in, trainable=trainable, name=full)
             if remote:
                 self._device = remote    # ops that read or update it are placed with it
-            self._value = stand_in
+            self._value = self._stand_in = stand_in
             self.graph = graph
             self._initialized = False
             self._initial_value = init
             self._placement = current_device_spec()
-            self._snapshot = graph.read(self)
-            out = execute(get_op("assign"), (init,), {"variable": self, "mode": "set"})
-            _rename(graph, out.node, f"{full}/Assign")
+            with graph.control_dependencies(None):   # a variable's own nodes wait for nothing (as in TF1)
+                self._snapshot = graph.read(self)
+                with graph.name_scope(f"{full}/"):
+                    out = graph.add_node(get_op("assign"), (init,), {"variable": self, "mode": "set"}, name="Assign")
             self.initializer = out.node
 
     # -- what it is --------------------------------------------------------------------------------
@@ -157,9 +159,14 @@ class Variable(_CoreVariable):
         return self._update_node(delta, "sub")
 
     def load(self, value, session=None):
-        """Set the value now (no node; ``session`` is accepted for TF1 code and not needed)."""
-        self._value = np.array(self._checked(value, "load"))
-        self._initialized = True
+        """Set the value now, in ``session`` (default: the default session), without a node."""
+        from ._session import get_default_session
+        sess = session or get_default_session()
+        value = np.array(self._checked(value, "load"))
+        if sess is None:
+            raise ValueError(f"{self.name}.load() needs a session: pass session= or call it inside "
+                             "`with tf.Session() as sess:`")
+        sess._set_variable(self, value)
 
     # -- eager looks at it -------------------------------------------------------------------------
     def _check_initialized(self, what):
@@ -217,11 +224,6 @@ def _unique_variable_name(info, name):
     return full
 
 
-def _rename(graph, node, name):
-    if hasattr(graph, "_rename"):   # a tf.Graph (a plain fl.Graph keeps the engine's names)
-        graph._rename(node, name, scoped=False)
-
-
 # -- variable scopes and get_variable ----------------------------------------------------------------
 class _ReuseAuto:
     def __repr__(self):
@@ -261,8 +263,8 @@ def get_variable_scope() -> VariableScope:
 
 
 def _scoped(name):
-    from ._graphs import _scope_prefix
-    return _scope_prefix() + name
+    from ._graphs import scope_prefix
+    return scope_prefix() + name
 
 
 @contextlib.contextmanager
@@ -330,28 +332,13 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
             initializer = glorot_uniform_initializer() if dtype.is_floating else zeros_initializer()
         value = lambda: initializer(shape, dtype=dtype)   # noqa: E731 - called inside the graph
     with building(graph):
-        prefix_free = _NoNameScope()
-        with prefix_free:
+        with graph.name_scope(None):   # get_variable names are the variable scope's, not the name scope's
             v = Variable(value, trainable=trainable, collections=collections, name=full,
                          dtype=dtype if not isinstance(value, GraphTensor) else None)
     if shape is not None and tuple(v.shape) != tuple(shape):
         raise ValueError(f"get_variable({full!r}): the initializer gave shape {tuple(v.shape)}, not {tuple(shape)}")
     store[full] = v
     return v
-
-
-class _NoNameScope:
-    """get_variable names are the variable scope's, not the name scope's (as in TF1)."""
-
-    def __enter__(self):
-        from ._graphs import _scope_stack as names
-        self._stack = names()
-        self._saved = list(self._stack)
-        self._stack.clear()
-
-    def __exit__(self, *exc):
-        self._stack[:] = self._saved
-        return False
 
 
 # -- collections of variables and their initializers ------------------------------------------------

@@ -22,14 +22,16 @@ The pieces: graphs, names and collections (``_graphs.py``), variables, scopes an
 Where flowlab differs from TF1 (each explained where it is defined):
 
 - ``tf.placeholder(dtype)`` without a shape is a scalar; give ``shape=[None, ...]`` for arrays.
-- A variable's value lives in the variable: every session of the process sees the same value.
+- As in TF1, each local ``Session()`` holds its own values of the variables (run the initializer in
+  each); sessions on a cluster's target share the values on its tasks. The optimizer state of
+  ``MomentumOptimizer``/``AdamOptimizer`` (slots) is shared by the sessions of a process.
 - ``Session(cluster.target)`` runs a graph on a cluster's tasks (``grpc://host:port`` is accepted as
   another spelling of flowlab's own address); a ``Session()`` with no target runs it in this process
   only, and refuses nodes placed on other jobs or tasks. A variable placed on a task (e.g. by
   ``tf.train.replica_device_setter``) lives on that task when a cluster session runs it.
 - Values fetched by ``sess.run`` are read-only arrays (copy one with ``np.array(value)`` to write).
-- ``tf.control_dependencies`` is not supported: nodes run in the order they were built, and a
-  fetch runs only what it needs, so group what must run together with ``tf.group``.
+- ``tf.control_dependencies`` works as in TF1 (a fetch runs the control inputs of what it needs,
+  first); more simply, nodes always run in the order they were built.
 """
 from __future__ import annotations
 
@@ -51,8 +53,9 @@ from ..core.tensor import Tensor  # noqa: F401
 from ..core.tensor import constant as _eager_constant
 from . import v1_train as train  # noqa: F401
 from ._gradients import gradients  # noqa: F401
-from ._graphs import (Graph, GraphKeys, GroupOperation, Operation, add_to_collection, get_collection,  # noqa: F401
-                      get_collection_ref, get_default_graph, graph_function, graph_info, group, name_scope, no_op,
+from ._graphs import (Graph, GraphKeys, GroupOperation, Operation, add_to_collection,  # noqa: F401
+                      control_dependencies, get_collection, get_collection_ref, get_default_graph, graph_function,
+                      graph_info, group, name_scope, no_op,
                       reset_default_graph)
 from ._session import ConfigProto, InteractiveSession, Session, get_default_session  # noqa: F401
 from ._variables import (AUTO_REUSE, FailedPreconditionError, Variable, VariableScope, assign,  # noqa: F401
@@ -90,8 +93,7 @@ def placeholder(dtype, shape=None, name=None):
         shape = ()
     elif isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
-    from ._graphs import _scope_prefix
-    t = graph.placeholder(dtype, tuple(shape), name=_scope_prefix() + (name or "Placeholder"))
+    t = graph.placeholder(dtype, tuple(shape), name=name or "Placeholder")
     if unshaped:
         graph_info(graph).unshaped.add(id(t.node))
     return t
@@ -102,10 +104,7 @@ def constant(value, dtype=None, shape=None, name=None, verify_shape=False):
     graph = get_default_graph()
     with graph.as_default():   # the value belongs to a graph node, which the device scope places
         value = _eager_constant(value, dtype=dtype, shape=shape)
-    out = graph.constant(value)
-    if name and isinstance(graph, Graph):
-        graph._rename(out.node, name)
-    return out
+    return graph.constant(value, name=name)
 
 
 cast = graph_function(_ops.cast)

@@ -32,23 +32,29 @@ class OpDef:
     positions (or "all") that must share a dtype; Python values there take that dtype. ``strict``:
     the kernel would accept inputs the op must refuse (numpy's sqrt takes ints), so the shape rule
     is checked before every run. ``stateful``: it reads or changes state (variables, random
-    generators), so graph passes never fold, merge, drop or reorder it."""
+    generators), so graph passes never fold, merge, drop or reorder it. ``inplace_kernel``: the
+    kernel again, but free to write into its first input's array (same results, bit for bit), for
+    graph plans that own that array and no longer need it (core/passes/buffer_reuse.py)."""
 
-    __slots__ = ("name", "kernel", "shape_rule", "grad", "same_dtype", "strict", "stateful", "kernels", "doc")
+    __slots__ = ("name", "kernel", "shape_rule", "grad", "same_dtype", "strict", "stateful", "kernels", "doc",
+                 "inplace_kernel")
 
-    def __init__(self, name, kernel, shape_rule, grad=None, same_dtype=(), strict=False, stateful=False, doc=""):
+    def __init__(self, name, kernel, shape_rule, grad=None, same_dtype=(), strict=False, stateful=False, doc="",
+                 inplace_kernel=None):
         self.name, self.kernel, self.shape_rule, self.grad = name, kernel, shape_rule, grad
         self.same_dtype, self.strict, self.stateful, self.kernels, self.doc = same_dtype, strict, stateful, {}, doc
+        self.inplace_kernel = inplace_kernel
 
     def __repr__(self):
         return f"<op {self.name}>"
 
 
-def defop(name, kernel, shape_rule, grad=None, same_dtype=(), strict=False, stateful=False, doc="") -> OpDef:
+def defop(name, kernel, shape_rule, grad=None, same_dtype=(), strict=False, stateful=False, doc="",
+          inplace_kernel=None) -> OpDef:
     """Add an op to the table (one entry per op; the name must be new)."""
     if name in _OPS:
         raise ValueError(f"op {name!r} is already defined")
-    op = _OPS[name] = OpDef(name, kernel, shape_rule, grad, same_dtype, strict, stateful, doc)
+    op = _OPS[name] = OpDef(name, kernel, shape_rule, grad, same_dtype, strict, stateful, doc, inplace_kernel)
     return op
 
 

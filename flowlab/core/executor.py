@@ -11,6 +11,8 @@ that hooks see every op the user wrote, by name, and tensors that no later op wr
 """
 from __future__ import annotations
 
+import keyword
+
 from ._context import state
 from .errors import OpError
 from .execute import Tensor, explain
@@ -57,9 +59,17 @@ class Plan:
                 continue
             ns[f"k{n.index}"] = _kernel(n)
             args = ", ".join(name[id(t.node)] for t in n.inputs)
-            if n.attrs:
-                ns[f"a{n.index}"] = n.attrs
-                args = f"{args}, **a{n.index}" if args else f"**a{n.index}"
+            if n.attrs:   # keyword arguments bound to names: no dict to unpack on each call
+                keywords = []
+                for k, (key, value) in enumerate(n.attrs.items()):
+                    if key.isidentifier() and not keyword.iskeyword(key):
+                        ns[f"a{n.index}_{k}"] = value
+                        keywords.append(f"{key}=a{n.index}_{k}")
+                    else:
+                        ns[f"a{n.index}"] = n.attrs
+                        keywords = [f"**a{n.index}"]
+                        break
+                args = ", ".join(([args] if args else []) + keywords)
             lines.append(f"    {var} = k{n.index}({args})")
             self._line_node[len(lines)] = n
             dead = sorted({name[id(t.node)] for t in n.inputs if last_use.get(id(t.node)) is n

@@ -9,6 +9,7 @@ attributes, output spec, device request and the user's source line.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import numpy as np
@@ -20,7 +21,7 @@ from .execute import NO_ATTRS, defop, op_error
 from .shape import TensorShape
 from .tensor import Tensor, Variable, _numpy_array, _python_array
 
-__all__ = ["Graph", "GraphTensor", "Node", "get_default_graph"]
+__all__ = ["Graph", "GraphTensor", "Node", "get_default_graph", "control_dependencies", "name_scope"]
 
 
 class GraphTensor(Tensor):
@@ -99,12 +100,15 @@ class GraphTensor(Tensor):
 
 
 class Node:
-    """One op in a graph: ``output = op(*inputs, **attrs)``, with where it runs and who wrote it."""
+    """One op in a graph: ``output = op(*inputs, **attrs)``, with where it runs and who wrote it.
+    ``control_inputs``: nodes that must run before it (``Graph.control_dependencies``), whose
+    values it does not read."""
 
-    __slots__ = ("index", "op", "inputs", "attrs", "output", "name", "device", "source", "graph")
+    __slots__ = ("index", "op", "inputs", "attrs", "output", "name", "device", "source", "graph", "control_inputs")
 
     def __repr__(self):
-        return f"<node %{self.index} {self.name} = {self.op.name}({', '.join('%' + str(t.node.index) for t in self.inputs)})>"
+        args = ['%' + str(t.node.index) for t in self.inputs] + ['^%' + str(c.index) for c in self.control_inputs]
+        return f"<node %{self.index} {self.name} = {self.op.name}({', '.join(args)})>"
 
 
 # -- the ops that only graphs have -------------------------------------------------------------
@@ -147,6 +151,9 @@ def _spec(x):
     return tuple(x.shape), _dtypes.numpy_dtype(x.dtype)
 
 
+_VALUES = (CONST, PLACEHOLDER)
+
+
 # -- the graph ---------------------------------------------------------------------------------
 class Graph:
     """A program of ops. Build it with ``with g.as_default():`` (or let ``@fl.function`` build one),
@@ -165,23 +172,132 @@ class Graph:
         self._keep: list = []         # eager tensors made into constants: kept alive so ids stay unique
         self.collections: dict[str, list] = {}
         self.version = 0              # bumped on every change: compiled plans check it
+        self._names: set = set()      # every name given out (unique_name)
+        self._scopes: list = []       # name scope prefixes ("layer/"), innermost last
+        self._controls: list = []     # control_dependencies blocks: lists of nodes, innermost last
+        self._finalized = False
 
     # -- building --------------------------------------------------------------------------------
     def as_default(self):
         """Make this the graph that ops are added to, in this thread, inside the ``with`` block."""
         return _DefaultGraph(self)
 
-    def _unique(self, base: str) -> str:
-        n = self._counts.get(base, 0)
-        self._counts[base] = n + 1
-        return base if n == 0 else f"{base}_{n}"
+    # -- names ---------------------------------------------------------------------------------
+    def unique_name(self, name: str, mark_as_used: bool = True) -> str:
+        """``name``, or ``name_1``, ``name_2``... (the first not given out yet): a name for a new
+        node, reserved unless ``mark_as_used=False``. No name scope is added (see ``name_scope``)."""
+        if name in self._names:
+            n = self._counts.get(name, 0)
+            while True:
+                n += 1
+                candidate = f"{name}_{n}"
+                if candidate not in self._names:
+                    break
+            self._counts[name] = n
+            name = candidate
+        if mark_as_used:
+            self._names.add(name)
+        return name
 
-    def _append(self, op, inputs, attrs, shape, dtype, name=None):
+    @contextlib.contextmanager
+    def name_scope(self, name):
+        """Prefix the names of the nodes made inside with ``name/`` (nested scopes add up, as in
+        TensorFlow). A name ending in ``/`` is a whole prefix (``"outer/inner/"``: re-enter a scope
+        exactly); None or ``""`` means no prefix (the top level). Yields the prefix."""
+        if not name:
+            prefix = ""
+        elif name.endswith("/"):
+            prefix = name
+        else:
+            prefix = f"{self.scope_prefix()}{name}/"
+        self._scopes.append(prefix)
+        try:
+            yield prefix
+        finally:
+            self._scopes.pop()
+
+    def scope_prefix(self) -> str:
+        """The current name scope's prefix (``"layer/"``), or ``""`` at the top level."""
+        return self._scopes[-1] if self._scopes else ""
+
+    def rename(self, node, name: str, scoped: bool = True) -> str:
+        """Give ``node`` the name ``name`` (under the current name scope unless ``scoped=False``),
+        made unique: for API layers that name the result of a composite function once it is built
+        (``tf.add(a, b, name="total")``). Returns the name given. Its old name stays taken."""
+        self._check_mutable(f"renaming {node.name}")
+        node.name = self.unique_name((self.scope_prefix() if scoped else "") + name)
+        self.version += 1
+        return node.name
+
+    # -- control dependencies ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def control_dependencies(self, control_inputs):
+        """Inside the block, every node made in this graph runs after ``control_inputs`` (graph
+        tensors or nodes of this graph) and runs them when it runs, though it reads no value from
+        them: ``with g.control_dependencies([update]): after = fl.identity(loss)``. Blocks nest and
+        add up; ``control_dependencies(None)`` starts afresh (no control inputs inside)."""
+        nodes = None
+        if control_inputs is not None:
+            nodes = []
+            for x in control_inputs:
+                node = self._control_node(x)
+                if node is not None and all(node is not n for n in nodes):
+                    nodes.append(node)
+        self._controls.append(nodes)
+        try:
+            yield
+        finally:
+            self._controls.pop()
+
+    def _control_node(self, x):
+        if isinstance(x, Variable):   # what ``v.assign_add(...)`` returns inside a graph: its latest assignment
+            node = next((n for n in reversed(self.nodes) if n.op is ASSIGN and n.attrs["variable"] is x), None)
+            if node is None:
+                raise ValueError(f"control_dependencies: nothing assigns variable {x.name!r} in graph {self.name!r} "
+                                 f"yet; pass the tensor or node to wait for")
+            return node
+        node = x.node if isinstance(x, GraphTensor) else x if isinstance(x, Node) else None
+        if node is None:
+            raise TypeError(f"control_dependencies takes graph tensors, nodes and assigned variables, "
+                            f"not {type(x).__name__}")
+        if node.graph is not self:
+            raise ValueError(f"control_dependencies: {node.name} belongs to graph {node.graph.name!r}, not "
+                             f"{self.name!r}")
+        return node
+
+    def current_control_inputs(self) -> list:
+        """The nodes a node made now would get as control inputs (the enclosing blocks' nodes)."""
+        out: list = []
+        for nodes in reversed(self._controls):
+            if nodes is None:
+                break
+            out.extend(n for n in nodes if all(n is not m for m in out))
+        return out
+
+    # -- building ----------------------------------------------------------------------------------
+    def finalize(self):
+        """Forbid adding nodes from now on (catches a training loop that keeps making ops)."""
+        self._finalized = True
+
+    @property
+    def finalized(self) -> bool:
+        return self._finalized
+
+    def _check_mutable(self, what):
+        if self._finalized:
+            raise RuntimeError(f"graph {self.name!r} is finalized and cannot be modified ({what}): build every "
+                               "op before the training loop")
+
+    def _append(self, op, inputs, attrs, shape, dtype, name=None, scoped=True):
+        if self._finalized:
+            self._check_mutable(f"it would get a {op.name} node")
         st = state()
         node = self.node_class()
         node.index = len(self.nodes)
         node.op, node.inputs, node.attrs = op, list(inputs), dict(attrs)
-        node.name = self._unique(name or op.name)
+        node.name = self.unique_name(((self._scopes[-1] if self._scopes and scoped else "")) + (name or op.name))
+        # a constant or placeholder runs nothing: its readers made inside the block carry the edges
+        node.control_inputs = self.current_control_inputs() if self._controls and op not in _VALUES else []
         node.device = st.device_stack[-1] if st.device_stack else None
         variable = attrs.get("variable")
         if not node.device and variable is not None and variable._device is not None:
@@ -203,7 +319,8 @@ class Graph:
 
     def nodes_for(self, fetches, feeds=(), also=()) -> list:
         """The nodes to run, in program order, to compute ``fetches`` from ``feeds`` (plus the nodes
-        ``also`` names and what they need). A placeholder among them that is not fed is an error."""
+        ``also`` names and what they need, and every node's control inputs). A placeholder among
+        them that is not fed is an error."""
         fed = {id(t.node) for t in feeds}
         needed, stack = set(), [t.node for t in fetches] + list(also)
         while stack:
@@ -213,6 +330,7 @@ class Graph:
             needed.add(node.index)
             if id(node) not in fed:
                 stack.extend(t.node for t in node.inputs)
+                stack.extend(node.control_inputs)
         nodes = [n for n in self.nodes if n.index in needed and id(n) not in fed]
         for n in nodes:
             if n.op.name == "placeholder":
@@ -222,7 +340,8 @@ class Graph:
         return nodes
 
     def placeholder(self, dtype, shape=None, name=None) -> GraphTensor:
-        """A graph input of ``dtype`` and ``shape`` (None dims: any size), fed when the graph runs."""
+        """A graph input of ``dtype`` and ``shape`` (None dims: any size), fed when the graph runs;
+        named ``name`` (under the name scope; default ``placeholder``)."""
         if shape is None:
             raise ValueError("placeholder: give a shape (use None for dimensions of any size)")
         shape = tuple(None if d is None else int(d) for d in shape)
@@ -232,11 +351,13 @@ class Graph:
         self.placeholders.append(t)
         return t
 
-    def constant(self, value, dtype=None) -> GraphTensor:
+    def constant(self, value, dtype=None, name=None) -> GraphTensor:
+        """A node holding ``value`` (an eager tensor becomes one constant node however often it is
+        used, unless it is given a ``name``: then a node of its own with that name)."""
         if isinstance(value, GraphTensor):
             return value
         if isinstance(value, Tensor):
-            found = self._consts.get(id(value))
+            found = self._consts.get(id(value)) if name is None else None
             if found is not None:
                 return found
             self._keep.append(value)
@@ -245,24 +366,27 @@ class Graph:
             array = _numpy_array(value, dtype)
         else:
             array = _python_array(value, dtype)
-        t = self._append(CONST, (), {"value": array}, array.shape, array.dtype)
-        if isinstance(value, Tensor):
+        t = self._append(CONST, (), {"value": array}, array.shape, array.dtype, name)
+        if isinstance(value, Tensor) and name is None:
             self._consts[id(value)] = t
         return t
 
-    def read(self, variable: Variable) -> GraphTensor:
-        """A node that reads ``variable`` when the graph runs (its value at that point of the program)."""
+    def read(self, variable: Variable, name=None) -> GraphTensor:
+        """A node that reads ``variable`` when the graph runs (its value at that point of the
+        program), named ``name`` under the name scope, else after the variable (no scope added:
+        a variable's name is already complete)."""
         return self._append(READ, (), {"variable": variable}, variable._value.shape, variable._value.dtype,
-                            variable._name.replace(":", "_"))
+                            name or variable._name.replace(":", "_"), scoped=name is not None)
 
-    def add_node(self, op, inputs, attrs=NO_ATTRS):
-        """What ``execute`` calls in graph mode: add ``op`` and return its symbolic output."""
+    def add_node(self, op, inputs, attrs=NO_ATTRS, name=None):
+        """What ``execute`` calls in graph mode: add ``op`` and return its symbolic output. The node
+        is named ``name`` (default: the op's name), under the current name scope, made unique."""
         tensors, reads = self._inputs(op, inputs)
         try:
             shape, dtype = op.shape_rule(*tensors, **attrs)
         except InvalidArgumentError as e:
             raise op_error(op, tensors, attrs, str(e)) from None
-        out = self._append(op, tensors, attrs, shape, dtype)
+        out = self._append(op, tensors, attrs, shape, dtype, name)
         st = state()
         if st.tapes and op.grad is not None:
             for tape in st.tapes:
@@ -354,3 +478,32 @@ class _DefaultGraph:
 def get_default_graph():
     """The graph ops are being added to in this thread, or None in eager mode."""
     return state().graph
+
+
+def control_dependencies(control_inputs):
+    """``with fl.control_dependencies([op]):``: while a graph is being built (``@fl.function``,
+    ``with g.as_default():``), the nodes made inside run after ``control_inputs`` (see
+    ``Graph.control_dependencies``). In eager mode ops run in program order already: nothing to do.
+
+    >>> import flowlab as fl
+    >>> from flowlab.core.executor import compile_plan
+    >>> g = fl.Graph("demo")
+    >>> with g.as_default():
+    ...     x = g.placeholder(fl.float32, [], name="x")
+    ...     check = fl.debugging.check_numerics(x, "x is not finite")
+    ...     with control_dependencies([check]):
+    ...         y = x * 2.0
+    >>> y.op
+    <node %3 multiply = multiply(%0, %2, ^%1)>
+    >>> [n.op.name for n in compile_plan(g, [y], [x]).nodes]   # fetching y runs the check first
+    ['check_numerics', 'const', 'multiply']
+    """
+    graph = state().graph
+    return graph.control_dependencies(control_inputs) if graph is not None else contextlib.nullcontext()
+
+
+def name_scope(name):
+    """``with fl.name_scope("layer"):``: prefix the names of graph nodes made inside with
+    ``layer/`` (see ``Graph.name_scope``); in eager mode, nothing to do."""
+    graph = state().graph
+    return graph.name_scope(name) if graph is not None else contextlib.nullcontext(name)

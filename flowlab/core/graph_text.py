@@ -1,4 +1,5 @@
-"""``Graph.pretty()``: a graph as text, one line per node, like a jaxpr."""
+"""``Graph.pretty()``: a graph as text, one line per node, like a jaxpr. ``%3`` is node 3's value;
+``^%3`` (after the inputs) a control input: node 3 runs first, its value is not read."""
 from __future__ import annotations
 
 import numpy as np
@@ -26,12 +27,14 @@ def listing(graph, outputs=None) -> str:
     for node in graph.nodes:
         if node.op.name == "placeholder":
             continue
-        ins = ", ".join(f"%{t.node.index}" for t in node.inputs)
+        ins = ", ".join([f"%{t.node.index}" for t in node.inputs]
+                        + [f"^%{c.index}" for c in node.control_inputs])
         attrs = {k: v for k, v in node.attrs.items()}
+        controls = "".join(f" ^%{c.index}" for c in node.control_inputs)
         if node.op.name == "const":
-            body = f"const {_attr(attrs.pop('value'))}"
+            body = f"const {_attr(attrs.pop('value'))}{controls}"
         elif node.op.name == "read":
-            body = f"read {_attr(attrs.pop('variable'))}"
+            body = f"read {_attr(attrs.pop('variable'))}{controls}"
         else:
             body = node.op.name + (f" {ins}" if ins else "")
             if attrs:

@@ -1,12 +1,16 @@
 """Optimizers: SGD (with momentum), Adam, Adadelta and RMSprop, with ``apply_gradients`` and ``minimize``.
 
 Each optimizer's update rule is one pure function over arrays (``_sgd``, ``_adam``, ``_adadelta``...)
-that returns the new value and new slots; the classes only keep state. Updates replace a
-variable's array rather than writing into it, so tensors read earlier never change.
+that returns the new value and new slots; the classes only keep state. Tensors read earlier never
+change: an update writes into a variable's array only when nothing but the variable holds it (no
+tensor, view, fetched value or graph value refers to it) and no other thread runs, and otherwise
+gives the variable a new array (see ``Optimizer._apply_one``).
 """
 from __future__ import annotations
 
 import math
+import sys
+import threading
 import warnings
 
 import numpy as np
@@ -20,6 +24,22 @@ from ..core.tensor import Tensor, Variable, convert_to_tensor
 
 __all__ = ["Optimizer", "SGD", "Adam", "Adadelta", "RMSprop", "get"]
 
+
+class _Holder:
+    __slots__ = ("_value",)
+
+
+def _calibrate() -> int:
+    """What ``sys.getrefcount`` says, in ``_apply_one``, of an array that only its variable holds:
+    the variable's reference, the local ``value`` and the call's own argument (measured the same
+    way, so it holds whatever the interpreter counts)."""
+    holder = _Holder()
+    holder._value = np.empty(1)
+    value = holder._value
+    return sys.getrefcount(value)
+
+
+_ONLY_THE_VARIABLE = _calibrate() if hasattr(sys, "getrefcount") else -1
 
 _replica_hook = None   # set by flowlab.distribute: hook(optimizer, grads_and_vars, apply) -> result
 
@@ -44,6 +64,7 @@ class Optimizer:
         self.learning_rate = learning_rate
         self._slots: dict[int, dict] = {}
         self._slot_vars: dict[int, Variable] = {}
+        self._plain_sgd = False   # SGD without momentum: no slots, one fast path
 
     @property
     def learning_rate(self):
@@ -105,7 +126,7 @@ class Optimizer:
         self.iterations._value = self.iterations._value + 1
         return self.iterations
 
-    def _apply_one(self, v, garr, lr, step):
+    def _apply_one(self, v, garr, lr, step, donated=False):
         # NOTE: this runs once per variable per training step (also as a graph node): keep it lean
         value = v._value
         if garr.shape != value.shape:
@@ -114,14 +135,25 @@ class Optimizer:
                 f"{v.name!r} of shape {value.shape}\n  at {source_line()}", op="apply_gradients")
         if garr.dtype is not value.dtype and garr.dtype != value.dtype:
             garr = garr.astype(value.dtype)
-        slots = self._slots.get(id(v))
-        if slots is None:
-            slots = self._slots[id(v)] = {s: np.zeros_like(value) for s in self._slot_names}
-            self._slot_vars[id(v)] = v
-        v._value, new_slots = self._update(value, garr, slots, lr, step)
-        if new_slots:
-            slots.update(new_slots)
-        return v._value
+        # The variable's array may be written into when no one else can see it: its reference count
+        # is that of an array held by the variable alone (a tensor, a view, a value a graph fetched
+        # or still uses: each holds a reference), it is a writable numpy array that owns its memory,
+        # and no other thread runs (one could take the array while numpy writes it, GIL released:
+        # a parameter-server task serves reads and updates at once). Same arithmetic, same bits.
+        own = (value.__class__ is np.ndarray and sys.getrefcount(value) == _ONLY_THE_VARIABLE
+               and value.base is None and value.flags.writeable and threading.active_count() == 1)
+        if self._plain_sgd and not self.momentum:   # the common case: no slots to keep
+            new = _sgd_plain(value, garr, lr, own, donated)
+        else:
+            slots = self._slots.get(id(v))
+            if slots is None:
+                slots = self._slots[id(v)] = {s: np.zeros_like(value) for s in self._slot_names}
+                self._slot_vars[id(v)] = v
+            new, new_slots = self._update(value, garr, slots, lr, step, own)
+            if new_slots:
+                slots.update(new_slots)
+        v._value = new
+        return new
 
     def minimize(self, loss, var_list, tape=None):
         """Compute gradients of ``loss`` (a callable, or a tensor recorded on ``tape``) with respect
@@ -192,27 +224,38 @@ class Optimizer:
         return f"{type(self).__name__}({args})"
 
 
-# -- update rules: (value, grad, slots, lr, step) -> (new value, new slots) -------------------
-# NOTE: ``np.subtract(value, step, out=step)`` writes into the temporary ``step`` (never into
-# ``value``, which tensors may share): one allocation per update instead of two.
+# -- update rules: (value, grad, slots, lr, step, own) -> (new value, new slots) -----------------
+# ``own``: the rule may write the new value into ``value`` (only the variable holds it, see
+# ``_apply_one``); otherwise it must leave ``value`` unchanged. Either way the arithmetic is the
+# same, so the bits are. NOTE: ``np.subtract(value, step, out=step)`` writes into the temporary
+# ``step`` (never into a ``value`` that tensors may share): one allocation per update, not two.
 _NO_SLOTS: dict = {}
 
 
-def _sgd(value, grad, slots, lr, momentum, nesterov):
-    if not momentum:
+def _sgd_plain(value, grad, lr, own, donated=False):
+    """``value - grad * lr``: into ``value`` if ``own``; ``donated``: ``grad`` may be written into."""
+    if donated and grad.__class__ is np.ndarray and grad.dtype.kind == "f":
+        step = np.multiply(grad, lr, out=grad)
+    else:
         step = grad * lr
-        if step.__class__ is not np.ndarray:   # a 0-d input gives a numpy scalar (or a cupy array)
-            step = np.asarray(step) if isinstance(step, np.generic) else step
-        if step.__class__ is np.ndarray:
-            return np.subtract(value, step, out=step), _NO_SLOTS
-        return value - step, _NO_SLOTS
+    if step.__class__ is not np.ndarray:   # a 0-d input gives a numpy scalar (or a cupy array)
+        step = np.asarray(step) if isinstance(step, np.generic) else step
+        if step.__class__ is not np.ndarray:
+            return value - step
+    return np.subtract(value, step, out=value if own and value.shape == step.shape and value.dtype == step.dtype
+                       else step)
+
+
+def _sgd(value, grad, slots, lr, momentum, nesterov, own=False):
+    if not momentum:
+        return _sgd_plain(value, grad, lr, own), _NO_SLOTS
     velocity = momentum * slots["momentum"] - lr * grad
     if nesterov:
         return value + momentum * velocity - lr * grad, {"momentum": velocity}
     return value + velocity, {"momentum": velocity}
 
 
-def _adam(value, grad, slots, lr, step, beta_1, beta_2, epsilon):
+def _adam(value, grad, slots, lr, step, beta_1, beta_2, epsilon, own=False):
     m = beta_1 * slots["m"] + (1 - beta_1) * grad
     v = beta_2 * slots["v"] + (1 - beta_2) * (grad * grad)
     # bias correction folded into the step size, as in the Adam paper's efficient form
@@ -221,7 +264,8 @@ def _adam(value, grad, slots, lr, step, beta_1, beta_2, epsilon):
     update += epsilon
     np.divide(m, update, out=update)
     update *= alpha
-    return np.subtract(value, update, out=update), {"m": m, "v": v}
+    into = value if own and value.shape == update.shape and value.dtype == update.dtype else update
+    return np.subtract(value, update, out=into), {"m": m, "v": v}
 
 
 def _adadelta(value, grad, slots, lr, rho, epsilon):
@@ -241,10 +285,15 @@ def _rmsprop(value, grad, slots, lr, rho, momentum, epsilon):
 
 
 # -- the graph form of apply_gradients: one node per variable, then one that counts the step ----
-def _update_kernel(grad, *, optimizer, variable):
+def _update_kernel(grad, *, optimizer, variable, donated=False):
     done = int(optimizer.iterations._value)
     lr = float(optimizer._lr_variable._value) if optimizer._schedule is None else float(optimizer._schedule(done))
-    return optimizer._apply_one(variable, grad, lr, done + 1)
+    return optimizer._apply_one(variable, grad, lr, done + 1, donated)
+
+
+def _update_kernel_donated(grad, *, optimizer, variable):
+    """The update when the graph plan gives up ``grad`` (buffer reuse): it may scale it in place."""
+    return _update_kernel(grad, optimizer=optimizer, variable=variable, donated=True)
 
 
 def _update_rule(grad, *, optimizer, variable):
@@ -257,7 +306,7 @@ def _advance_kernel(*, optimizer):
 
 
 _UPDATE = defop("optimizer_update", _update_kernel, _update_rule, stateful=True,
-                doc="One optimizer step for one variable, when the graph runs.")
+                doc="One optimizer step for one variable, when the graph runs.", inplace_kernel=_update_kernel_donated)
 _ADVANCE = defop("optimizer_advance", _advance_kernel, lambda *, optimizer: ((), np.dtype(np.int64)),
                  stateful=True, doc="Count one optimizer step, after its updates.")
 
@@ -278,9 +327,10 @@ class SGD(Optimizer):
         super().__init__(learning_rate, name)
         self.momentum, self.nesterov = float(momentum), bool(nesterov)
         self._slot_names = ("momentum",) if self.momentum else ()
+        self._plain_sgd = type(self)._update is SGD._update and not self.momentum
 
-    def _update(self, value, grad, slots, lr, step):
-        return _sgd(value, grad, slots, lr, self.momentum, self.nesterov)
+    def _update(self, value, grad, slots, lr, step, own=False):
+        return _sgd(value, grad, slots, lr, self.momentum, self.nesterov, own)
 
     def get_config(self):
         return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}
@@ -295,8 +345,8 @@ class Adam(Optimizer):
         super().__init__(learning_rate, name)
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
 
-    def _update(self, value, grad, slots, lr, step):
-        return _adam(value, grad, slots, lr, step, self.beta_1, self.beta_2, self.epsilon)
+    def _update(self, value, grad, slots, lr, step, own=False):
+        return _adam(value, grad, slots, lr, step, self.beta_1, self.beta_2, self.epsilon, own)
 
     def get_config(self):
         return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
@@ -311,7 +361,7 @@ class Adadelta(Optimizer):
         super().__init__(learning_rate, name)
         self.rho, self.epsilon = float(rho), float(epsilon)
 
-    def _update(self, value, grad, slots, lr, step):
+    def _update(self, value, grad, slots, lr, step, own=False):
         return _adadelta(value, grad, slots, lr, self.rho, self.epsilon)
 
     def get_config(self):
@@ -328,7 +378,7 @@ class RMSprop(Optimizer):
         self.rho, self.momentum, self.epsilon = float(rho), float(momentum), float(epsilon)
         self._slot_names = ("rms", "momentum") if self.momentum else ("rms",)
 
-    def _update(self, value, grad, slots, lr, step):
+    def _update(self, value, grad, slots, lr, step, own=False):
         return _rmsprop(value, grad, slots, lr, self.rho, self.momentum, self.epsilon)
 
     def get_config(self):

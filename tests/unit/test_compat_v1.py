@@ -172,8 +172,12 @@ def test_eval_and_run_use_the_default_session():
     assert tf.get_default_session() is None
     sess = tf.Session()
     with sess.as_default():
-        assert v.eval() == 4.0
-    assert sess.run(v) == 4.0              # as_default leaves it open
+        with pytest.raises(tf.errors.FailedPreconditionError, match="uninitialized value Variable"):
+            v.eval()                       # a new session has values of its own, as in TF1
+        init.run()
+        bump.op.run({x: 0.25})
+        assert v.eval() == 1.25
+    assert sess.run(v) == 1.25             # as_default leaves it open
     sess.close()
 
 
@@ -636,3 +640,149 @@ def test_random_ops_draw_anew_on_each_run():
         assert not np.array_equal(a, b) and abs(a.mean() - 2.0) < 0.1 and abs(a.std() - 0.5) < 0.1
         values = sess.run(u)
         assert values.min() >= -1.0 and values.max() < 1.0
+
+
+# -- control dependencies ------------------------------------------------------------------------
+def test_control_dependencies_on_a_train_op_run_the_step_first():
+    x = tf.placeholder(tf.float32, [None, 2])
+    w = tf.Variable([[1.0], [2.0]], name="w")
+    loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
+    train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+    with tf.control_dependencies([train_op]):
+        loss_after = tf.identity(loss)          # the seeds' idiom: the loss of this step, after it
+        w_after = tf.identity(w)                # a new read of w: after the update
+    assert "^" in tf.get_default_graph().pretty()
+    feed = {x: [[1.0, 1.0]]}
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        before = sess.run(loss, feed)
+        w0 = sess.run(w)
+        got_loss, got_w = sess.run([loss_after, w_after], feed)   # one step, not two
+        assert got_loss == pytest.approx(before)
+        grad = 2 * np.array([[1.0], [1.0]]) * 3.0
+        np.testing.assert_allclose(got_w, w0 - 0.1 * grad, rtol=1e-6)
+        np.testing.assert_allclose(sess.run(w), got_w)
+        sess.run(w_after, feed)                                # fetching it alone runs the step
+        assert not np.allclose(sess.run(w), got_w)
+
+
+def test_control_dependencies_nest_clear_and_reach_group_and_no_op():
+    v = tf.Variable(0.0, name="v")
+    bump = tf.assign_add(v, 1.0)
+    other = tf.assign_add(v, 10.0)
+    with tf.control_dependencies([bump]):
+        with tf.control_dependencies([tf.group(other)]):
+            both = tf.no_op(name="both")
+            read_both = tf.identity(v)
+        with tf.control_dependencies(None):
+            plain = tf.identity(v)
+    with tf.Session() as sess:
+        sess.run(v.initializer)
+        assert sess.run(both) is None and sess.run(v) == 11.0
+        assert sess.run(read_both) == 22.0
+        assert sess.run(plain) == 22.0
+    with pytest.raises(TypeError, match="takes operations and tensors"):
+        with tf.control_dependencies([3]):
+            pass
+
+
+def test_control_dependencies_outside_a_with_block_use_the_tensors_graph():
+    g = tf.Graph()
+    with g.as_default():
+        v = tf.Variable(1.0)
+        step = v.assign(v * 2.0)
+    with tf.control_dependencies([step]):     # g is not the default graph here
+        after = tf.identity(v)
+    assert after.graph is g
+    with tf.Session(graph=g) as sess:
+        sess.run(v.initializer)
+        assert sess.run(after) == 2.0 and sess.run(after) == 4.0
+
+
+def test_names_are_unique_as_in_tensorflow():
+    a = tf.constant(1.0, name="a")
+    a1 = tf.constant(1.0, name="a_1")
+    a_again = tf.constant(1.0, name="a")
+    assert (a.name, a1.name, a_again.name) == ("a:0", "a_1:0", "a_2:0")
+    with tf.variable_scope("net"):
+        w = tf.get_variable("w", [2], initializer=tf.zeros_initializer())
+        x = tf.Variable(1.0, name="x")
+    assert w.name == "net/w:0" and w.initializer.name == "net/w/Assign"
+    assert x.name == "net/x:0" and x.initializer.name == "net/x/Assign"
+
+
+# -- each local session owns its variables' values ------------------------------------------------
+def test_two_sessions_on_one_graph_hold_separate_values():
+    w = tf.Variable([1.0, 2.0], name="w")
+    step = w.assign_add([10.0, 10.0])
+    init = tf.global_variables_initializer()
+    a, b = tf.Session(), tf.Session()
+    try:
+        a.run(init)
+        with pytest.raises(tf.errors.FailedPreconditionError) as info:
+            b.run(w)                          # initialized in a, not in b
+        assert "uninitialized value w" in str(info.value) and "this session" in str(info.value)
+        np.testing.assert_array_equal(w.numpy(), [1.0, 2.0])   # b's failed run put back a's value
+        b.run(init)
+        a.run(step)
+        a.run(step)
+        b.run(step)
+        np.testing.assert_array_equal(a.run(w), [21.0, 22.0])
+        np.testing.assert_array_equal(b.run(w), [11.0, 12.0])
+        np.testing.assert_array_equal(a.variable_value(w), [21.0, 22.0])
+        w.load([0.0, 0.0], b)                 # load sets it in that session only
+        np.testing.assert_array_equal(b.run(w), [0.0, 0.0])
+        np.testing.assert_array_equal(a.run(w), [21.0, 22.0])
+    finally:
+        a.close()
+        b.close()
+    with tf.Session() as c:                   # a new session starts uninitialized again
+        with pytest.raises(tf.errors.FailedPreconditionError):
+            c.variable_value(w)
+    with pytest.raises(ValueError, match="needs a session"):
+        w.load([1.0, 1.0])
+
+
+def test_sessions_in_threads_do_not_mix_their_values():
+    import threading
+    w = tf.Variable(0.0, name="counter")
+    bump = w.assign_add(1.0)
+    init = tf.global_variables_initializer()
+    sessions = [tf.Session() for _ in range(3)]
+    errors = []
+
+    def work(sess, n):
+        try:
+            sess.run(init)
+            for _ in range(n):
+                sess.run(bump)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s, 50 * (i + 1))) for i, s in enumerate(sessions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert [s.run(w) for s in sessions] == [50.0, 100.0, 150.0]
+    for s in sessions:
+        s.close()
+
+
+def test_trained_weights_stay_in_their_session():
+    x = tf.placeholder(tf.float32, [None, 2])
+    w = tf.Variable([[0.5], [-0.5]])
+    loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0))
+    step = tf.train.MomentumOptimizer(0.1, 0.9).minimize(loss)
+    init = tf.global_variables_initializer()
+    feed = {x: [[1.0, 2.0], [3.0, 4.0]]}
+    with tf.Session() as trained:
+        trained.run(init)
+        for _ in range(5):
+            trained.run(step, feed)
+        after = trained.run(w)
+        with tf.Session() as fresh:
+            fresh.run(init)
+            np.testing.assert_array_equal(fresh.run(w), [[0.5], [-0.5]])
+        np.testing.assert_array_equal(trained.run(w), after)

@@ -754,3 +754,24 @@ def test_a_signature_still_refuses_a_wrong_dtype_after_a_fast_call():
         f(fl.constant([1.0], dtype=fl.float64))
     assert f(fl.constant([1.0, 2.0, 3.0])).numpy().tolist() == [2.0, 3.0, 4.0]
     assert f.experimental_get_tracing_count() == 1
+
+
+def test_unchecked_call_runs_the_trace_on_arrays_without_checks_or_wrapping():
+    v = fl.Variable(np.float32(1.0))
+
+    @fl.function
+    def f(x, y):
+        v.assign_add(fl.reduce_sum(x))
+        return {"sum": x + y, "scaled": x * 2.0}
+
+    x, y = np.arange(3, dtype=np.float32), np.ones(3, np.float32)
+    concrete = f.get_concrete_function(fl.constant(x), fl.constant(y))
+    out = concrete.unchecked_call(x, y)
+    assert isinstance(out, tuple) and all(type(o) is np.ndarray for o in out)
+    # the outputs, flat, in the order of concrete.outputs (dict keys sorted)
+    checked = concrete(x, y)
+    np.testing.assert_array_equal(out[0], checked["scaled"].numpy())
+    np.testing.assert_array_equal(out[1], checked["sum"].numpy())
+    assert float(v) == 1.0 + 2 * 3.0            # side effects ran on both calls
+    with pytest.raises(TypeError, match="traced for"):   # the checked call still refuses a wrong dtype
+        concrete(x.astype(np.float64), y)

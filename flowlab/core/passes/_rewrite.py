@@ -14,7 +14,7 @@ def copy_node(node: Node, shape=None, dtype=None, **fields) -> Node:
     for field in Node.__slots__:
         if field != "output":
             setattr(new, field, fields.get(field, getattr(node, field)))
-    new.inputs, new.attrs = list(new.inputs), dict(new.attrs)
+    new.inputs, new.attrs, new.control_inputs = list(new.inputs), dict(new.attrs), list(new.control_inputs)
     old = node.output
     out = object.__new__(GraphTensor)
     out._device, out.graph, out.node = old._device, old.graph, new
@@ -27,7 +27,7 @@ def copy_node(node: Node, shape=None, dtype=None, **fields) -> Node:
 def rewire(nodes, fetches, replaced):
     """Point every input and fetch at the current tensor. ``replaced`` maps an old node to the
     tensor that now stands for its output; a node whose inputs change is copied (and its copy
-    stands for it in turn). Returns ``(nodes, fetches)``."""
+    stands for it in turn). Control inputs follow their replacements too. Returns ``(nodes, fetches)``."""
     def current(t):
         while t.node in replaced:
             t = replaced[t.node]
@@ -36,8 +36,10 @@ def rewire(nodes, fetches, replaced):
     out = []
     for n in nodes:
         inputs = [current(t) for t in n.inputs]
-        if any(a is not b for a, b in zip(inputs, n.inputs)):
-            new = copy_node(n, inputs=inputs)
+        controls = [current(c.output).node for c in n.control_inputs] if n.control_inputs else n.control_inputs
+        if any(a is not b for a, b in zip(inputs, n.inputs)) or any(
+                a is not b for a, b in zip(controls, n.control_inputs)):
+            new = copy_node(n, inputs=inputs, control_inputs=list(dict.fromkeys(controls)))
             replaced[n] = new.output
             n = new
         out.append(n)
@@ -45,10 +47,11 @@ def rewire(nodes, fetches, replaced):
 
 
 def consumers(nodes) -> dict:
-    """node -> the nodes of ``nodes`` that read its output (once each, in program order)."""
+    """node -> the nodes of ``nodes`` that read its output or have it as a control input (once
+    each, in program order): a node that another one must wait for is not merged away."""
     users = {n: [] for n in nodes}
     for n in nodes:
-        for p in dict.fromkeys(t.node for t in n.inputs):
+        for p in dict.fromkeys([t.node for t in n.inputs] + n.control_inputs):
             if p in users:
                 users[p].append(n)
     return users

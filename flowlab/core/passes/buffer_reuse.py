@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..execute import get_op
-from ._rewrite import on_local_cpu, rewire
+from ..execute import OpDef, get_op
+from ._rewrite import copy_node, on_local_cpu, rewire
 from .fusion import ELEMENTWISE, elementwise_node, elementwise_steps, fusable
 
 # Ops whose kernel returns a new array that shares memory with nothing (when its rank is 1 or more).
 FRESH = frozenset(ELEMENTWISE) | {"matmul", "reduce_grad", "sparse_softmax_cross_entropy_grad", "softmax",
-                                  "log_softmax", "cast", "where", "concat", "stack"}
+                                  "log_softmax", "cast", "where", "concat", "stack", "reduce_sum", "reduce_mean",
+                                  "reduce_max", "reduce_min"}
 
 
 def reuse_buffers(nodes, fetches, feeds):
@@ -24,22 +25,38 @@ def reuse_buffers(nodes, fetches, feeds):
     made from it, and all of them are dead too; and in a fused kernel, whose steps run one after
     another, no other input of the node may share its memory. Fed arrays, constants and variables'
     arrays (``read`` returns the variable's own array) are never plan-owned, so never written;
-    every run allocates its own buffers, so results returned by earlier runs never change."""
+    every run allocates its own buffers, so results returned by earlier runs never change.
+
+    The same rule lets any op with an ``inplace_kernel`` (``OpDef``) write into its first input
+    (an optimizer's update scales the gradient in place): the input must be plan-owned, dead
+    after this node, not fetched, seen by no other stateful node, and share memory with no other
+    input of the node."""
     fresh = {n for n in nodes if _fresh(n)}
     owners = {}   # node -> the plan-owned buffers its output may share memory with
     for n in nodes:
         owners[n] = {n} if n in fresh else set().union(*(owners.get(t.node, ()) for t in n.inputs))
-    escaped, last_use = set(), {}
+    escaped, last_use, fetched, stateful_use = set(), {}, set(), {}
     for t in fetches:
-        escaped |= owners.get(t.node, set())
+        fetched |= owners.get(t.node, set())
+    escaped |= fetched
     for i, n in enumerate(nodes):
         for t in n.inputs:
             for buffer in owners.get(t.node, ()):
                 last_use[buffer] = i
                 if n.op.stateful:
                     escaped.add(buffer)
+                    stateful_use.setdefault(buffer, set()).add(i)
     replaced, out = {}, []
     for i, n in enumerate(nodes):
+        if n.op.inplace_kernel is not None and n.inputs and on_local_cpu(n):
+            t = n.inputs[0]
+            if (t.node in fresh and t.node not in fetched and last_use[t.node] == i
+                    and stateful_use.get(t.node, {i}) <= {i} and not _aliased(t, n.inputs, owners)
+                    and all(u is not t for u in n.inputs[1:])):
+                new = copy_node(n, op=_inplace_op(n.op))
+                replaced[n] = new.output
+                out.append(new)
+                continue
         if fusable(n) or hasattr(n.op.kernel, "steps"):
             steps, inputs = elementwise_steps(n)
             donated = [k for k, t in enumerate(inputs)
@@ -51,6 +68,18 @@ def reuse_buffers(nodes, fetches, feeds):
                 n = new
         out.append(n)
     return rewire(out, fetches, replaced)
+
+
+_INPLACE_OPS: dict = {}
+
+
+def _inplace_op(op):
+    """The op that runs ``op.inplace_kernel`` (one per op, so plans share it)."""
+    found = _INPLACE_OPS.get(op)
+    if found is None:
+        found = _INPLACE_OPS[op] = OpDef(op.name + "[in-place]", op.inplace_kernel, op.shape_rule,
+                                         stateful=op.stateful, doc=op.doc)
+    return found
 
 
 def _one_ufunc(steps) -> bool:

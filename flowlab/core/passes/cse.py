@@ -10,7 +10,7 @@ _PLAIN = (type(None), bool, int, str, bytes, np.dtype, type, type(Ellipsis))
 
 def eliminate_common_subexpressions(nodes, fetches, feeds):
     """Keep one of any two non-stateful nodes with the same op, the same inputs, the same device
-    and equal attributes, and let the later one's consumers (and fetches) use the earlier one's
+    and equal attributes (and the same control inputs), and let the later one's consumers (and fetches) use the earlier one's
     output. Constants count as equal when their dtype, shape and bytes are, so ``x * 2`` written
     twice becomes one node even though each ``2`` became its own constant. Safe because such nodes
     compute the same value (a pure kernel of the same arguments), the earlier one runs first, and
@@ -25,7 +25,8 @@ def eliminate_common_subexpressions(nodes, fetches, feeds):
             out.append(n)
             continue
         key = (n.op, _freeze(n.device), _freeze(n.attrs),
-               tuple(_current(t, replaced).node for t in n.inputs))
+               tuple(_current(t, replaced).node for t in n.inputs),
+               tuple(_current(c.output, replaced).node for c in n.control_inputs))
         first = seen.get(key)
         if first is None:
             seen[key] = n

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 def prune_dead_nodes(nodes, fetches, feeds):
     """Drop every node that no fetch depends on, except stateful nodes and what they depend on.
+    A kept node's control inputs are kept too (and what they depend on).
     Safe because a non-stateful node only makes a value, and a value that no fetch, no side
     effect and no other kept node reads changes nothing. Stateful nodes (variable reads and
     assignments, optimizer updates, random draws) always stay, in their order. The plan already
@@ -16,4 +17,5 @@ def prune_dead_nodes(nodes, fetches, feeds):
         if n not in live:
             live.add(n)
             stack.extend(t.node for t in n.inputs)
+            stack.extend(n.control_inputs)
     return [n for n in nodes if n in live], list(fetches)
