@@ -163,8 +163,9 @@ class PartitionedPlan:
                     f"the ClusterSpec's", op=n.op.name, source=n.source)
             where[n.index] = task
             part = entries.setdefault(task, [])
-            for t in n.inputs:
-                src = t.node
+            # a control input on another task is received like a data edge (the value is not used):
+            # the partition runs its entries in order, so the node waits for it
+            for src in [t.node for t in n.inputs] + list(getattr(n, "control_inputs", ()) or ()):
                 if id(src) in fed:
                     feeds_of.setdefault(task, {})[src.index] = fed[id(src)]
                 elif where[src.index] != task and (src.index, task) not in recvs:

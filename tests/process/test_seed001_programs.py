@@ -321,3 +321,22 @@ def test_a_failing_partition_stops_the_others_waiting(cluster):
             sess.run(out, feed_dict={x: [1.0, 2.0, 3.0, 4.0]})
         assert "/job:worker/task:1" in str(info.value)
         assert sess.run(out, feed_dict={x: [1.0, 2.0, 3.0]}) == 12.0   # both tasks serve the next run
+
+
+def test_a_control_input_on_another_task_runs_first_and_is_pulled_in(cluster):
+    """``with tf.control_dependencies([update])`` where ``update`` lives on the ps task and the
+    node that waits for it on a worker: fetching only that node runs the update, every time."""
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/job:ps/task:0"):
+            counter = tf.Variable(0, name="counter_cd")
+            update = tf.assign_add(counter, 1)
+        with tf.device("/job:worker/task:0"):
+            with tf.control_dependencies([update]):
+                out = tf.identity(tf.constant(7))
+        init = tf.global_variables_initializer()
+    with tf.Session(cluster.target, graph=g) as sess:
+        sess.run(init)
+        assert [int(sess.run(out)) for _ in range(3)] == [7, 7, 7]
+        assert int(sess.run(counter)) == 3
+        assert "recv" in " ".join(sess.partitions(out)["/job:worker/task:0"])
