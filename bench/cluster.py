@@ -11,9 +11,12 @@ ipyparallel), one system at a time (its cluster started, measured, closed):
 2. How long is the round trip of a tiny remote operation? Rows: a bare pyzmq DEALER/ROUTER echo
    between two processes (the floor any pyzmq transport stands on), flowlab's signed ``ping``,
    a tiny **op** (an inline handler adding two float32[4] arrays sent as raw buffers: the shape
-   remote eager ops will have), and a tiny **task** (a Python function, pickled by value, run on
+   remote eager ops have), a tiny **eager op** as users write it (``x + x`` under
+   ``fl.device("/job:worker/task:0")``, then ``.numpy()``: two round trips, the op running on the
+   worker's execution thread), and a tiny **task** (a Python function, pickled by value, run on
    the worker's execution thread), beside Dask's ``submit(...).result()`` and ipyparallel's
-   ``apply_sync``.
+   ``apply_sync``. The lane each client connection took (``unix``: the local lane; ``tcp``) is
+   printed with the figures; ``FLOWLAB_LOCAL_LANE=0`` measures TCP instead.
 3. How fast do 64 MiB move from one worker to another (flowlab: ``push``; Dask: a task on worker B
    that needs a 64 MiB result held by worker A)? The floor: bare pyzmq sending 64 MiB to another
    process and waiting for its receipt. One untimed warm-up transfer comes first.
@@ -159,9 +162,20 @@ def bench_flowlab(workers, mode, results):
         check = client.request(w0, "bench_add", None, [a, a]).buffers[0]
         assert check.tolist() == [2.0] * 4, check
 
+        x = flowlab.constant(a)
+
+        def eager():
+            with flowlab.device(w0):
+                y = x + x
+            return y.numpy()
+        assert eager().tolist() == [2.0] * 4
+        results["rt"]["flowlab eager op"] = round_trip(eager, mode)
+
         def tiny():
             return 1
         results["rt"]["flowlab task"] = round_trip(lambda: c.call(w0, tiny), mode)
+        lanes = set(client.stats["lanes"].values())
+        peer_lane = {}
         if workers >= 2:
             big = np.ones(MIB64 // 4, np.float32)
             client.request(w0, "put", {"key": "big"}, [big])
@@ -174,6 +188,8 @@ def bench_flowlab(workers, mode, results):
             ok = c.call(1, lambda: float(fc.current_server().store.get("big").sum()))
             assert ok == MIB64 // 4, ok
             results["xfer"]["flowlab"] = statistics.median(times)
+            peer_lane = c.call(0, lambda: fc.current_server().peers().stats["lanes"])
+        results["lanes"] = {"client": sorted(lanes), "worker to worker": sorted(set(peer_lane.values()))}
     finally:
         c.close()
 
@@ -268,7 +284,9 @@ def report(results, versions, workers):
     for line in C.table(["system", "ready"], rows):
         say("   " + line)
     say()
-    say("2. Round trip of a tiny remote operation (one worker; microseconds per call)")
+    lanes = results.get("lanes") or {}
+    say("2. Round trip of a tiny remote operation (one worker; microseconds per call); flowlab lanes: "
+        + ", ".join(f"{k} {'+'.join(v) or '-'}" for k, v in lanes.items()))
     rows = [[name, C.fmt_us(best), C.fmt_us(med)] for name, (best, med) in results["rt"].items()]
     for line in C.table(["row", "best", "median"], rows):
         say("   " + line)
@@ -320,7 +338,7 @@ def main(argv=None) -> int:
         say(f"load    : {load:.2f} (1-minute load average){busy}")
     except OSError:
         pass
-    results = {"ready": {}, "rt": {}, "xfer": {}, "gbps": {}}
+    results = {"ready": {}, "rt": {}, "xfer": {}, "gbps": {}, "lanes": {}}
     bare_zmq(mode, results)
     say("flowlab : measuring")
     bench_flowlab(args.workers, mode, results)
@@ -337,6 +355,10 @@ def main(argv=None) -> int:
                 say(f"{name}: failed: {type(e).__name__}: {e}")
     say("peers   : " + "; ".join(f"{k} {v}" for k, v in versions.items()))
     report(results, versions, args.workers)
+    try:
+        say(f"\nload    : {os.getloadavg()[0]:.2f} at the end (1-minute load average)")
+    except OSError:
+        pass
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**results, "versions": versions}, f, indent=1)

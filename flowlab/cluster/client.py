@@ -47,6 +47,13 @@ class _Peer:
         self.lock = threading.Lock()
         self.stash: dict = {}   # replies that arrived while another call was reading
 
+    def __repr__(self):
+        return f"<peer {self.task} at {self.address} over {getattr(self.conn, 'lane', '?')}>"
+
+
+def _checker(health, task):
+    return lambda: health(task)
+
 
 class Client:
     """Talks to tasks by name (``/job:worker/task:1``). ``key``: the cluster key;
@@ -84,7 +91,10 @@ class Client:
             old = self._peers.pop(task, None)
             if old is not None:
                 old.conn.close()
-            peer = _Peer(task, address, self.transport.connect(address), server_id, pid)
+            conn = self.transport.connect(address)
+            if self.health is not None and hasattr(conn, "check"):   # a blocked send asks it too
+                conn.check = _checker(self.health, task)
+            peer = _Peer(task, address, conn, server_id, pid)
             self._peers[task] = peer
         if server_id is None:
             reply = self.request(task, "hello", timeout=timeout)
@@ -98,6 +108,17 @@ class Client:
 
     def tasks(self) -> list[str]:
         return list(self._peers)
+
+    def lane(self, task) -> str:
+        """How this client reaches ``task``: ``"unix"`` (the local lane, see :mod:`.unix`),
+        ``"tcp"`` (ZeroMQ) or ``"inproc"``."""
+        return getattr(self._peer(task).conn, "lane", "?")
+
+    @property
+    def stats(self) -> dict:
+        """``{"lanes": {task: lane}, "dropped": replies dropped}``."""
+        return {"lanes": {t: getattr(p.conn, "lane", "?") for t, p in list(self._peers.items())},
+                "dropped": self.dropped}
 
     def __contains__(self, task):
         return task in self._peers

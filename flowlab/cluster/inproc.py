@@ -57,6 +57,9 @@ def _copy(frames):
 
 
 class _Listener:
+    lane = "inproc"
+    lane_path = None
+
     def __init__(self, port):
         self.host, self.port = "inproc", port
         self.address = f"inproc:{port}"
@@ -88,6 +91,7 @@ class _Listener:
 
 class _Connection:
     _ids = itertools.count(1)
+    lane = "inproc"
 
     def __init__(self, address):
         self.address = address

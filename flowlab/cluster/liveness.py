@@ -24,6 +24,7 @@ import time
 
 from .errors import ClusterTimeoutError, ProtocolError, WorkerDiedError, WorkerUnresponsiveError
 from .protocol import Signer, Verifier, new_id
+from .unix import remove_if_dead
 
 __all__ = ["Heartbeat", "Monitor", "TaskState", "log_tail", "process_state"]
 
@@ -246,6 +247,8 @@ class Monitor:
             with self._changed:
                 if code is not None and s.status not in ("dead", "closed"):
                     s.exitcode, s.status, changed = code, "dead", True
+                    if s.address:
+                        remove_if_dead(s.address)    # the local-lane socket a killed task left
                 elif (s.status == "alive" and s.last_seen is not None and now - s.last_seen > self.timeout):
                     s.status, changed = "unresponsive", True
         if changed:

@@ -7,8 +7,10 @@
 
 Each task is a child process (see :mod:`.worker`) on a free 127.0.0.1 port, all started at once;
 the constructor returns when every one has said it is ready. A per-cluster random key signs every
-message. Closing the cluster, the end of the ``with`` block, the kernel's exit, restart or death
-all end every worker; the notebook's Interrupt button does not. Workers that die or hang are
+message. The client, the tasks and their heartbeats talk over the local lane (Unix sockets beside
+each port, :mod:`.unix`; ``cluster.client.stats["lanes"]`` shows it), TCP where there is none.
+Closing the cluster, the end of the ``with`` block, the kernel's exit, restart or death all end
+every worker; the notebook's Interrupt button does not. Workers that die or hang are
 reported by the next call that waits on them (see :mod:`.liveness`).
 """
 from __future__ import annotations
@@ -65,6 +67,7 @@ class _Resources:
         self.monitor = None
         self.client = None
         self.tmpdir = None
+        self.addresses: dict[str, str] = {}   # the tasks' addresses (shared with the cluster)
         self.remote = None     # this cluster as remote eager execution knows it
         self.closed = False
 
@@ -90,6 +93,14 @@ class _Resources:
                 except subprocess.TimeoutExpired:
                     pass
 
+    @staticmethod
+    def remove_lanes(addresses) -> None:
+        """Remove the local-lane socket files that ended tasks left (a killed process cannot)."""
+        from .unix import remove_if_dead
+        for address in addresses:
+            if address:
+                remove_if_dead(address)
+
     def release(self) -> None:
         if self.closed:
             return
@@ -98,6 +109,7 @@ class _Resources:
             from .remote import detach
             detach(self.remote)
         self.stop_procs(list(self.procs.values()))
+        self.remove_lanes(self.addresses.values())
         for f in self.logs.values():
             f.close()
         if self.client is not None:
@@ -147,7 +159,7 @@ class LocalCluster:
         self._env = {**os.environ, **(env or {})}
         self._jobs = {"worker": workers, **({"ps": ps} if ps else {})}
         self._tasks = [task_name(j, i) for j, n in self._jobs.items() for i in range(n)]
-        self._addresses: dict[str, str] = {}
+        self._addresses: dict[str, str] = res.addresses
         self._lock = threading.RLock()
         self.closed = False
         try:
@@ -277,6 +289,7 @@ class LocalCluster:
             old = self._res.procs.get(name)
             if old is not None:
                 self._res.stop_procs([old], grace=1.0)
+                self._res.remove_lanes([self._addresses.get(name)])
                 log = self._res.logs.pop(name, None)
                 if log is not None:
                     log.close()

@@ -9,7 +9,10 @@ one with :meth:`Server.register`:
 - *inline* handlers run on the loop thread, between messages: quick ones (ping, put, get, events,
   tensor ops that do not wait);
 - the others run one at a time on the server's execution thread, so the loop keeps receiving
-  while they work or wait (user code from ``run``, a ``push`` to another task, later a ``recv``).
+  while they work or wait (user code from ``run``, a ``push`` to another task, later a ``recv``);
+- a handler whose ``inline`` is a function ``inline(server, msg) -> bool`` runs on the loop thread
+  when that says the message is quick (a tiny eager op) and the execution thread has nothing
+  queued or running (so messages of one client never overtake each other), else on the exec thread.
 
 Built-in types: ``hello``, ``ping``, ``spec``, ``run``, ``put``, ``get``, ``delete``, ``push``,
 ``events``, ``stats``, ``shutdown``. Reply bodies carry ``re`` (the request's seq) and ``ok``;
@@ -173,6 +176,7 @@ class Server:
         self._thread = None
         self._exec_thread = None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._queued = self._finished = 0   # exec jobs handed over / done (one writer each, no lock)
         self._stopping = False
         self._done = threading.Event()
         self._peers = None          # a Client to other tasks, made on first use
@@ -241,7 +245,8 @@ class Server:
 
     def register(self, type: str, fn, inline: bool = True, reply: bool = True) -> None:
         """Handle messages of ``type`` on this server with ``fn(server, msg)``: in the loop's own
-        thread when ``inline``, else on the server's exec thread. With ``reply=False`` the messages
+        thread when ``inline``, else on the server's exec thread (``inline`` may be a function
+        ``inline(server, msg) -> bool``: see the module's docstring). With ``reply=False`` the messages
         are one-way (always handled in the loop's thread): nothing is sent back, not even an error, which is logged and counted in
         ``stats["oneway_errors"]`` instead (for streams whose sender never waits for an answer)."""
         self._handlers[type] = (fn, inline, reply)
@@ -253,8 +258,14 @@ class Server:
             self._peers = Client(self.key, transport=self.transport, name=f"peer{self.name}")
         return self._peers
 
+    @property
+    def lane(self) -> str | None:
+        """How clients may reach this server: ``"unix+tcp"`` (the local lane beside TCP, see
+        :mod:`.unix`), ``"tcp"`` or ``"inproc"``; None before it listens."""
+        return getattr(self._listener, "lane", None) if self._listener else None
+
     def __repr__(self):
-        where = self._listener.address if self._listener else "not listening"
+        where = f"{self._listener.address} ({self.lane})" if self._listener else "not listening"
         return f"<flowlab Server {self.name} at {where}>"
 
     # -- the loop --------------------------------------------------------------------------------
@@ -281,11 +292,22 @@ class Server:
                                                 f"(it has {sorted(handlers)})"))
             elif not entry[2]:
                 self._oneway(msg, entry[0])
-            elif entry[1]:
+            elif entry[1] is True or (entry[1] is not False and self._inline(entry[1], msg)):
                 self._answer(peer, msg, entry[0], listener.send)
             else:
                 self._start_exec()
+                self._queued += 1
                 jobs.put((peer, msg, entry[0]))
+
+    def _inline(self, inline, msg) -> bool:
+        if not callable(inline):
+            return bool(inline)
+        if self._queued != self._finished:     # the exec thread is busy: keep the order
+            return False
+        try:
+            return bool(inline(self, msg))
+        except Exception:   # noqa: BLE001 - a malformed body: the handler itself will say what is wrong
+            return False
 
     def _answer(self, peer, msg, fn, send, error=None):
         try:
@@ -328,7 +350,10 @@ class Server:
             if job is None or self._stopping:
                 return
             peer, msg, fn = job
-            self._answer(peer, msg, fn, post)
+            try:
+                self._answer(peer, msg, fn, post)
+            finally:
+                self._finished += 1
 
     def _drop(self, error, frames):
         n = self.stats["dropped"] = self.stats["dropped"] + 1

@@ -53,14 +53,39 @@ def local_device(device: str) -> str:
     return split_device(device)[1]
 
 
+_ENGINE = None
+INLINE_BYTES = 65536      # an op whose inputs hold at most this much runs on the loop thread
+
+
 def _engine():
     """flowlab's engine in this process (a worker starts without it)."""
-    import flowlab
-    flowlab.constant   # noqa: B018 - the first attribute runs flowlab/__init__ in a worker
-    from ..core import execute as ex
-    from ..core.device import device
-    from ..core.tensor import Tensor
-    return ex, device, Tensor
+    global _ENGINE
+    if _ENGINE is None:
+        import flowlab
+        flowlab.constant   # noqa: B018 - the first attribute runs flowlab/__init__ in a worker
+        from ..core import execute as ex
+        from ..core.device import device
+        from ..core.tensor import Tensor
+        _ENGINE = ex, device, Tensor
+    return _ENGINE
+
+
+def _quick_op(server, msg) -> bool:
+    """Whether an ``op`` may run on the loop thread: the engine is loaded (the first op imports
+    it), no input is pulled from another task (that waits), and its inputs are small, so it takes
+    microseconds and the round trip skips the hand-over to the exec thread."""
+    if _ENGINE is None or msg.nbytes > INLINE_BYTES:
+        return False
+    store = server.store
+    total = msg.nbytes
+    for ref in msg.body.get("in", ()):
+        if ref[0] == "pull":
+            return False
+        if ref[0] == "key":
+            total += _nbytes(store._values.get(ref[1]))
+            if total > INLINE_BYTES:
+                return False
+    return True
 
 
 def _host(value):
@@ -127,7 +152,7 @@ def _where(server, error, device, op_name) -> str:
     return text
 
 
-@handler("op", inline=False)
+@handler("op", inline=_quick_op)
 def _op(server, msg):
     """Body: ``op``, ``device`` (this task's part), ``in`` (refs), ``out`` (key), ``free`` (keys);
     buffers: the pickled attrs (when ``attrs``), then input values."""

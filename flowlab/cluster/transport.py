@@ -1,6 +1,12 @@
 """The ZeroMQ transport: how frames move between processes. pyzmq is imported here only, and this
 module only when a server or a client starts (``import flowlab.cluster`` never loads it).
 
+Between processes of one machine the same frames take the *local lane* instead (:mod:`.unix`):
+a listener on a loopback address also listens on a Unix socket, and ``connect`` to such an
+address goes there when its socket file exists, skipping ZeroMQ's I/O threads (a tiny round trip
+costs about half as much). Other hosts, non-loopback binds and systems without AF_UNIX use TCP;
+``FLOWLAB_LOCAL_LANE=0`` forces TCP everywhere. A connection's ``lane`` says which it took.
+
 A transport makes two kinds of endpoint, with the same interface as :mod:`.inproc`:
 
 - ``listen(host, port)`` -> a :class:`Listener` (a ROUTER socket): ``recv(timeout)`` gives
@@ -18,12 +24,15 @@ closing never waits on a peer that is gone. Every wait has a timeout.
 """
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import threading
+import time
 
 import zmq
 
+from . import unix as _unix
 from .errors import ClusterError, ClusterTimeoutError
 from .spec import split_address
 
@@ -32,6 +41,11 @@ __all__ = ["ZmqTransport", "Listener", "Connection", "context"]
 SEND_TIMEOUT_MS = 10_000     # a send that cannot be queued for this long raises (full queue)
 _NOBLOCK = zmq.NOBLOCK
 _Again = zmq.Again
+_POLLIN = int(zmq.POLLIN)
+_POLLOUT = int(zmq.POLLOUT)       # plain ints: flag enums are slow to combine
+_POLLIN_ERR = int(zmq.POLLIN | zmq.POLLERR)
+_monotonic = time.monotonic
+_zmq_poll = zmq.zmq_poll
 _ctx = None
 _ctx_lock = threading.Lock()
 
@@ -51,12 +65,15 @@ def _ms(timeout):
 
 
 class Listener:
-    """A bound ROUTER socket: messages from any number of connections, answers to each.
+    """A bound ROUTER socket: messages from any number of connections, answers to each; on a
+    loopback address also the local lane's Unix socket (see :mod:`.unix`), served by the same
+    thread: ``recv`` waits on the ROUTER and the Unix sockets together (one ``zmq_poll``).
 
     ``post`` from another thread goes through that thread's own inproc DEALER, connected to this
-    same ROUTER under a random identity; ``recv`` forwards such messages to their peer. So the
-    receiving thread blocks on one socket (a plain blocking receive with a timeout, the cheapest
-    wait pyzmq has) and still sends what other threads hand it at once."""
+    same ROUTER under a random identity; ``recv`` forwards such messages to their peer. A peer of
+    the local lane is answered from the posting thread itself (its writes are locked). So the
+    receiving thread waits in one place and still sends what other threads hand it at once.
+    ``lane`` is ``"unix+tcp"`` when the local lane is open, else ``"tcp"``."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, tries: int = 1):
         ctx = context()
@@ -74,9 +91,27 @@ class Listener:
         self._post_lock = threading.Lock()
         self._timeout = None
         self._closed = False
+        self._unix = None
+        path = _unix.lane_path(host, self.port, create=True)
+        if path is not None:
+            try:
+                self._unix = _unix.UnixSide(path)
+            except OSError:
+                self._unix = None        # no lane (a full disk, a path we may not use): TCP only
+        if self._unix is not None:
+            self._ready = collections.deque()
+            self._items: list = []
+        self.lane = "unix+tcp" if self._unix is not None else "tcp"
+
+    @property
+    def lane_path(self) -> str | None:
+        """The local lane's socket file (None without a lane)."""
+        return self._unix.path if self._unix is not None else None
 
     def recv(self, timeout: float | None):
         """``(peer, frames)`` of the next message, or None after ``timeout`` seconds (None: wait)."""
+        if self._unix is not None:
+            return self._recv_both(timeout)
         sock = self._sock
         ms = _ms(timeout)
         if ms != self._timeout:
@@ -95,8 +130,68 @@ class Listener:
             else:
                 return None                        # wake(): let the caller look around
 
-    def send(self, peer: bytes, frames) -> None:
+    def _recv_both(self, timeout):
+        ready = self._ready
+        if ready:
+            return ready.popleft()
+        unix, sock = self._unix, self._sock
+        deadline = None
+        while True:
+            if unix.changed:
+                self._register()
+            if deadline is None:
+                ms = _ms(timeout)
+                if ms > 0:
+                    deadline = _monotonic() + ms / 1000
+                elif ms < 0:
+                    deadline = False
+            elif deadline is not False:
+                ms = max(0, int((deadline - _monotonic()) * 1000 + 0.999))
+            woke = False
+            for what, ev in _zmq_poll(self._items, ms):
+                if what is sock:
+                    woke = self._drain_router() or woke
+                elif what == unix.fd:
+                    unix.accept()
+                else:
+                    if ev & _POLLOUT:
+                        unix.writable(what)
+                    if ev & _POLLIN_ERR:
+                        unix.readable(what, ready)
+            if ready:
+                return ready.popleft()
+            if woke or ms == 0 or (deadline and _monotonic() >= deadline):
+                return None
+
+    def _register(self):
+        """Poll the ROUTER, the lane's listening socket and each lane connection (writable too
+        where answers wait to go out)."""
+        unix = self._unix
+        items = [(self._sock, _POLLIN), (unix.fd, _POLLIN)]
+        items += [(fd, _POLLIN | _POLLOUT if out else _POLLIN) for fd, out in unix.wanted()]
+        self._items = items
+
+    def _drain_router(self) -> bool:
+        """Take every message the ROUTER holds; True if one of them was a wake()."""
+        sock, prefix, ready = self._sock, self._post_prefix, self._ready
+        woke = False
+        while True:
+            try:
+                peer, *frames = _recv(sock, _NOBLOCK, 2)
+            except _Again:
+                return woke
+            if not peer.startswith(prefix):
+                ready.append((peer, frames))
+            elif frames[0]:
+                self.send(frames[0], frames[1:])
+            else:
+                woke = True
+
+    def send(self, peer, frames) -> None:
         """Send to ``peer`` (from the thread that calls ``recv``). A peer that is gone is skipped."""
+        if peer.__class__ is not bytes:
+            self._unix.send(peer, frames)          # the local lane: what does not fit now goes later
+            return
         try:
             self._sock.send_multipart([peer, *frames], copy=False)
         except _Again:
@@ -106,8 +201,12 @@ class Listener:
             if e.errno != zmq.EHOSTUNREACH:
                 raise
 
-    def post(self, peer: bytes, frames) -> None:
+    def post(self, peer, frames) -> None:
         """Send to ``peer`` from any thread: the thread in ``recv`` passes it on at once."""
+        if peer.__class__ is not bytes:
+            if not self._unix.send(peer, frames):
+                self.wake()                        # the rest waits for the loop to see it writable
+            return
         poster = getattr(self._local, "sock", None)
         if poster is None:
             with self._post_lock:
@@ -131,11 +230,17 @@ class Listener:
             for p in self._posters:
                 p.close(0)
             self._posters.clear()
+        if self._unix is not None:
+            self._unix.close()                     # the socket file goes first: no new lane clients
         self._sock.close(200)   # a moment for the last answers (a shutdown's receipt) to leave
+
+    def __repr__(self):
+        return f"<flowlab Listener on {self.address} ({self.lane}{': ' + self.lane_path if self._unix else ''})>"
 
 
 class Connection:
     """A DEALER socket connected to one listener: requests out, answers in, in order per side."""
+    lane = "tcp"
 
     def __init__(self, address: str):
         host, port = split_address(address)
@@ -169,6 +274,9 @@ class Connection:
     def close(self) -> None:
         self._sock.close(0)
 
+    def __repr__(self):
+        return f"<flowlab connection to {self.address} over TCP (ZeroMQ)>"
+
 
 class ZmqTransport:
     """Listeners and connections over TCP (ZeroMQ)."""
@@ -179,7 +287,16 @@ class ZmqTransport:
         ``port``, ``port + 1``, ... skipping ports in use)."""
         return Listener(host, port, tries)
 
-    def connect(self, address: str) -> Connection:
+    def connect(self, address: str):
+        """A connection to the listener at ``address``: over the local lane when that listener is
+        on this machine and has one (see :mod:`.unix`), else a ZeroMQ DEALER over TCP."""
+        host, port = split_address(address)
+        path = _unix.lane_path(host, port)
+        if path is not None and os.path.exists(path):
+            try:
+                return _unix.UnixConnection(address, path)
+            except OSError:
+                _unix.remove_if_dead(address)      # a file its killed task left behind
         return Connection(address)
 
 

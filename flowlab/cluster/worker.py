@@ -61,8 +61,22 @@ def _watch_parent():
             pass
         print("flowlab worker: stdin closed (the process that started this worker is gone); exiting",
               file=sys.stderr, flush=True)
+        _remove_lane()
         os._exit(0)
     threading.Thread(target=watch, name="flowlab-parent-watch", daemon=True).start()
+
+
+def _remove_lane():
+    """Remove this task's local-lane socket file (``os._exit`` skips every cleanup)."""
+    from . import server as server_mod
+    srv = server_mod._process_server
+    listener = getattr(srv, "_listener", None)
+    path = getattr(listener, "lane_path", None)
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _logging():

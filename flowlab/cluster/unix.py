@@ -1,0 +1,653 @@
+"""The local lane: the same signed frames over a Unix domain socket, between processes of one machine.
+
+ZeroMQ moves every message through I/O threads of its own, two thread hops on each side; a tiny
+round trip costs well over 100 us on a laptop before any work is done. When a task listens on a
+loopback address (``127.0.0.1:5555``), its :class:`~.transport.Listener` also listens on a Unix
+socket at :func:`lane_path` (``127.0.0.1-5555`` in a directory only this user may enter, 0700),
+and a connection to a loopback address whose socket file exists goes there instead of TCP. The
+messages are exactly the signed frames of :mod:`.protocol`: the receiver checks each one as it
+would from TCP, so nothing is trusted because of the lane it came by.
+
+On the stream, a message is a preamble, ``count`` (u32) and the ``count`` frame lengths (u64,
+little-endian), then the frames back to back. Frames up to :data:`SMALL` bytes are copied out of a
+reused read buffer; a larger one (a tensor) is received straight into memory of its own, and sent
+from its own memory with ``sendmsg``. A stream that breaks the framing (a count of 0, absurd
+lengths) is handed up as one frame, so the server drops and counts it as any message that fails
+its checks, and that connection is closed (its framing cannot be trusted any more).
+
+Sameness of the machine is decided by the file: the socket's directory is per user, and its name
+carries the network namespace, so a container with its own loopback never sees another's socket.
+``FLOWLAB_LOCAL_LANE=0`` turns the lane off (everything goes over TCP, as without AF_UNIX).
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import os
+import select
+import socket
+import stat
+import struct
+import sys
+import tempfile
+import threading
+import time
+
+from .errors import ClusterTimeoutError
+
+__all__ = ["AVAILABLE", "enabled", "lane_dir", "lane_path", "remove_if_dead", "UnixConnection", "UnixSide"]
+
+AVAILABLE = hasattr(socket, "AF_UNIX") and sys.platform != "win32"
+SMALL = 65536              # frames up to this size are copied out of the read buffer
+CHUNK = 262144             # the read buffer
+MAX_FRAMES = 4096          # more frames than this in one message is garbage
+MAX_FRAME = 1 << 40        # so is a frame longer than this
+SOCKET_BUFFER = 4 << 20    # asked of the kernel for each socket (it may give less)
+SEND_TIMEOUT = 10.0        # seconds a blocked send waits (as the TCP transport's send timeout)
+_IOV = 512                 # buffers per sendmsg call (the system's limit is 1024 or more)
+_unpack_count = struct.Struct("<I").unpack_from
+_dir = None
+_dir_lock = threading.Lock()
+
+
+class Garbage(Exception):
+    """A stream that breaks the lane's framing: ``data`` is what was read of the bad message."""
+
+    def __init__(self, why, data=b""):
+        super().__init__(why)
+        self.data = bytes(data)
+
+
+def enabled() -> bool:
+    return AVAILABLE and os.environ.get("FLOWLAB_LOCAL_LANE", "1") != "0"
+
+
+def _private(path) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def lane_dir(create: bool = False) -> str | None:
+    """This user's lane directory (mode 0700, owned by this user), made when ``create``; None when
+    it is missing, or is not private (then no lane is used)."""
+    global _dir
+    if _dir is not None:
+        return _dir
+    with _dir_lock:
+        runtime = os.environ.get("XDG_RUNTIME_DIR")
+        base = runtime if runtime and _private(runtime) else tempfile.gettempdir()
+        path = os.path.join(base, "flowlab" if base == runtime else f"flowlab-{os.getuid()}")
+        if create and not os.path.lexists(path):
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                pass
+            except OSError:
+                return None
+        if not _private(path):
+            return None
+        _dir = path
+        return path
+
+
+def _netns() -> str:
+    try:
+        link = os.readlink("/proc/self/ns/net")      # net:[4026531833]
+        return "".join(c for c in link if c.isdigit())
+    except OSError:
+        return "0"
+
+
+_NETNS = _netns()
+
+
+def lane_path(host: str, port: int, create: bool = False) -> str | None:
+    """The Unix socket of the task listening on ``host:port``, or None when that address gets no
+    lane (not loopback, no AF_UNIX, lane turned off, no private directory)."""
+    if not enabled():
+        return None
+    if host in ("localhost", ""):
+        host = "127.0.0.1"
+    elif host == "::1":
+        host = "ip6-localhost"
+    elif not host.startswith("127."):
+        return None
+    d = lane_dir(create)
+    if d is None:
+        return None
+    path = os.path.join(d, f"{_NETNS}-{host}-{int(port)}.sock")
+    return path if len(path.encode()) < 100 else None    # sun_path holds 108 bytes
+
+
+def remove_if_dead(address: str) -> None:
+    """Remove the lane socket of ``address`` if nothing listens on it any more (its task was
+    killed, or exited without closing)."""
+    host, _, port = address.rpartition(":")
+    try:
+        path = lane_path(host.strip("[]"), int(port))
+    except ValueError:
+        return
+    if path is not None and os.path.exists(path):
+        _unlink_if_dead(path)
+
+
+def _unlink_if_dead(path) -> None:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setblocking(False)      # a live listener with a full backlog says EAGAIN instead of blocking
+    try:
+        s.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    except OSError:
+        pass
+    finally:
+        s.close()
+
+
+_open: dict = {}          # path -> inode of each lane socket this process listens on
+_swept = False
+
+
+def _sweep(directory, older_than: float = 60.0) -> None:
+    """Once per process: remove socket files of the lane directory that nobody listens on (left by
+    processes that were killed). Files younger than ``older_than`` seconds are left alone (a
+    listener between its bind and its listen would look dead)."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    now = time.time()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISSOCK(st.st_mode) and now - st.st_mtime > older_than:
+            _unlink_if_dead(path)
+
+
+@atexit.register
+def _remove_open() -> None:
+    """At exit, remove the sockets of listeners that were never closed (a server on a daemon thread)."""
+    for path, ino in list(_open.items()):
+        try:
+            if os.stat(path).st_ino == ino:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def _tune(sock) -> None:
+    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
+        except OSError:
+            pass
+
+
+# -- framing ----------------------------------------------------------------------------------------
+def encode(frames) -> tuple[list, int]:
+    """The buffers that carry ``frames`` on the stream (the preamble first) and their total size.
+    A small message is one bytes object; large frames are sent from their own memory."""
+    sizes = [len(f) if f.__class__ is bytes else memoryview(f).nbytes for f in frames]
+    count = len(sizes)
+    total = sum(sizes) + 4 + 8 * count
+    head = _preamble(count).pack(count, *sizes)
+    if total <= SMALL:
+        return [head + b"".join(frames)], total
+    return [head, *map(_byte_view, frames)], total
+
+
+def _byte_view(f):
+    m = memoryview(f)
+    return m if m.ndim == 1 and m.itemsize == 1 else m.cast("B")
+
+
+_PREAMBLES: dict = {}
+
+
+def _preamble(count) -> struct.Struct:
+    """The struct of a preamble with ``count`` frames (made once per count)."""
+    st = _PREAMBLES.get(count)
+    if st is None:
+        st = struct.Struct(f"<I{count}Q")
+        if len(_PREAMBLES) < 64:
+            _PREAMBLES[count] = st
+    return st
+
+
+def _big(n):
+    np = sys.modules.get("numpy")      # no zero-fill where numpy is loaded (it is, wherever tensors are)
+    return memoryview(np.empty(n, np.uint8)) if np is not None else memoryview(bytearray(n))
+
+
+class Reader:
+    """Reads messages off one stream socket, however its bytes are split into reads."""
+
+    def __init__(self):
+        self._buf = bytearray(CHUNK)
+        self._mv = memoryview(self._buf)
+        self._start = self._end = 0
+        self._lengths = None      # of the message being read
+        self._frames: list = []
+        self._big = None          # a large frame being received in place, and how much of it is in
+        self._pos = 0
+
+    def read(self, sock, out) -> bool:
+        """Receive what ``sock`` (non-blocking) has now; complete messages (lists of frames) are
+        appended to ``out``. False when the peer closed the stream; raises Garbage."""
+        while True:
+            big = self._big
+            if big is not None:
+                want = len(big) - self._pos
+                try:
+                    n = sock.recv_into(big[self._pos:], want)
+                except (BlockingIOError, InterruptedError):
+                    return True
+                if not n:
+                    return False
+                self._pos += n
+                if n == want:
+                    self._big = None
+                    self._frames.append(big)
+                    self._parse(out)
+                    continue
+                return True
+            start, end = self._start, self._end
+            if start == end:
+                self._start = self._end = start = end = 0
+            elif start > CHUNK // 2:        # keep room: a partial item is at most 64 KiB
+                self._buf[:end - start] = self._mv[start:end]
+                self._start, self._end = 0, end - start
+                start, end = 0, end - start
+            want = CHUNK - end
+            try:
+                n = sock.recv_into(self._mv[end:], want)
+            except (BlockingIOError, InterruptedError):
+                return True
+            if not n:
+                return False
+            self._end = end + n
+            self._parse(out)
+            if n < want and self._big is None:
+                return True      # a short read: the socket had no more for now
+
+    def _parse(self, out):
+        buf, mv = self._buf, self._mv
+        while True:
+            start, end = self._start, self._end
+            lengths = self._lengths
+            if lengths is None:
+                if end - start < 4:
+                    return
+                count = _unpack_count(buf, start)[0]
+                if not 0 < count <= MAX_FRAMES:
+                    raise Garbage(f"bad frame count {count}", mv[start:end])
+                need = 4 + 8 * count
+                if end - start < need:
+                    return
+                lengths = _preamble(count).unpack_from(buf, start)[1:]
+                if max(lengths) > MAX_FRAME:
+                    raise Garbage(f"a frame of {max(lengths)} bytes", mv[start:end])
+                self._start = start = start + need
+                self._lengths, self._frames = lengths, []
+            frames = self._frames
+            while len(frames) < len(lengths):
+                n = lengths[len(frames)]
+                have = end - start
+                if n <= SMALL:
+                    if have < n:
+                        self._start = start
+                        return
+                    frames.append(bytes(mv[start:start + n]))
+                    start += n
+                else:
+                    try:
+                        big = _big(n)
+                    except MemoryError:
+                        raise Garbage(f"a frame of {n} bytes does not fit in memory") from None
+                    take = min(have, n)
+                    big[:take] = mv[start:start + take]
+                    start += take
+                    if take < n:
+                        self._start, self._big, self._pos = start, big, take
+                        return
+                    frames.append(big)
+            self._start = start
+            self._lengths = None
+            out.append(frames)
+
+
+class _Writer:
+    """Bytes waiting to go out on one non-blocking socket."""
+    __slots__ = ("pending",)
+
+    def __init__(self):
+        self.pending = collections.deque()
+
+    def write(self, sock) -> bool:
+        """Send what the socket takes now; True when nothing is left."""
+        pending = self.pending
+        while pending:
+            bufs = list(pending) if len(pending) <= _IOV else [pending[i] for i in range(_IOV)]
+            try:
+                n = sock.sendmsg(bufs) if len(bufs) > 1 else sock.send(bufs[0])
+            except (BlockingIOError, InterruptedError):
+                return False
+            while n:
+                first = pending[0]
+                size = len(first) if first.__class__ is bytes else first.nbytes
+                if n >= size:
+                    pending.popleft()
+                    n -= size
+                else:
+                    pending[0] = memoryview(first)[n:]
+                    n = 0
+        return True
+
+
+# -- a client's connection ----------------------------------------------------------------------------
+class UnixConnection:
+    """A connection over the local lane, with the interface of :class:`.transport.Connection`.
+
+    ``send`` returns once the message is in the kernel (it waits, up to SEND_TIMEOUT, while the
+    peer's buffer is full, asking ``check()`` every 0.1 s: a client sets it to its liveness test,
+    so a send to a frozen task raises that task's error). A peer that went away is connected to
+    again on the next send (a restarted task binds the same path); until then what is sent is lost,
+    as over TCP to a closed port, and the caller's wait (deadline, liveness) decides."""
+    lane = "unix"
+
+    def __init__(self, address: str, path: str):
+        self.address, self.path = address, path
+        self.check = None
+        self._sock = None
+        self._connect()           # raises OSError when nothing listens there
+
+    def _connect(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(self.path)
+        except OSError:
+            sock.close()
+            raise
+        _tune(sock)
+        sock.setblocking(False)
+        self._sock = sock
+        self._reader = Reader()
+        self._msgs = collections.deque()
+        self._poll = select.poll()
+        self._poll.register(sock.fileno(), select.POLLIN)
+
+    def _broken(self):
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def send(self, frames) -> None:
+        if self._sock is None:
+            try:
+                self._connect()
+            except OSError:
+                return                # nobody there: lost, as over TCP
+        bufs, total = encode(frames)
+        sock = self._sock
+        if len(bufs) == 1:            # a small message: usually one send does it
+            try:
+                n = sock.send(bufs[0])
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except (BrokenPipeError, ConnectionResetError, ConnectionRefusedError):
+                self._broken()
+                return
+            if n == total:
+                return
+            bufs = [memoryview(bufs[0])[n:]]
+        writer = _Writer()
+        writer.pending.extend(bufs)
+        try:
+            deadline = None
+            while not writer.write(sock):
+                if deadline is None:
+                    deadline = time.monotonic() + SEND_TIMEOUT
+                self._wait_writable(sock, deadline)
+        except (BrokenPipeError, ConnectionResetError, ConnectionRefusedError):
+            self._broken()
+
+    def _wait_writable(self, sock, deadline):
+        p = select.poll()
+        p.register(sock.fileno(), select.POLLOUT)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ClusterTimeoutError(f"could not send to {self.address} for {SEND_TIMEOUT:.0f} s "
+                                          f"(the peer is not reading)")
+            if p.poll(min(left, 0.1) * 1000):
+                return
+            check = self.check
+            if check is not None:
+                problem = check()
+                if problem is not None:
+                    self._broken()    # the rest of the message is dropped: the stream cannot resume
+                    raise problem
+
+    def recv(self, timeout: float | None):
+        """The frames of the next message, or None after ``timeout`` seconds (0: do not wait)."""
+        msgs = self._msgs
+        if msgs:
+            return msgs.popleft()
+        deadline = None
+        while True:
+            sock = self._sock
+            if sock is not None:
+                try:
+                    alive = self._reader.read(sock, msgs)
+                except Garbage:
+                    alive = False
+                except OSError:
+                    alive = False
+                if msgs:
+                    return msgs.popleft()
+                if not alive:
+                    self._broken()
+                    sock = None
+            if timeout == 0:
+                return None
+            if deadline is None and timeout is not None:
+                deadline = time.monotonic() + timeout
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            if sock is None:
+                time.sleep(0.05 if left is None else min(left, 0.05))
+                continue
+            if not self._poll.poll(-1 if left is None else max(1, int(left * 1000 + 0.999))):
+                return None
+
+    def close(self) -> None:
+        self._broken()
+
+    def __repr__(self):
+        return f"<flowlab connection to {self.address} over the local lane (unix:{self.path})>"
+
+
+# -- a listener's side ----------------------------------------------------------------------------------
+class _Peer:
+    """One accepted connection of a listener: an opaque peer handle for ``send`` and ``post``."""
+    __slots__ = ("sock", "fd", "reader", "writer", "lock", "closed", "__weakref__")
+    lane = "unix"
+
+    def __init__(self, sock):
+        self.sock, self.fd = sock, sock.fileno()
+        self.reader, self.writer = Reader(), _Writer()
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def __repr__(self):
+        return f"<local-lane peer fd={self.fd}>"
+
+
+class UnixSide:
+    """The Unix half of a listener: a listening socket at ``path`` and the connections it accepted.
+    The owner polls :meth:`fds` and calls :meth:`ready` with what the poll said."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            os.unlink(path)          # a file left by a task that was killed (the TCP port is ours now)
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+            sock.listen(128)
+            self._ino = os.stat(path).st_ino
+        except OSError:
+            sock.close()
+            raise
+        _open[path] = self._ino
+        _sweep(os.path.dirname(path))
+        sock.setblocking(False)
+        self.sock, self.fd = sock, sock.fileno()
+        self.peers: dict[int, _Peer] = {}
+        self.changed = True               # fds or the events wanted changed: the owner re-registers
+        self._want_out: set = set()
+        self._lock = threading.Lock()
+        self._uid = os.getuid()
+
+    def wanted(self) -> list:
+        """``(fd, wants_out)`` for every connection."""
+        self.changed = False
+        with self._lock:
+            out = self._want_out
+            return [(fd, fd in out) for fd in self.peers]
+
+    def accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            if not self._same_user(conn):
+                conn.close()
+                continue
+            _tune(conn)
+            conn.setblocking(False)
+            peer = _Peer(conn)
+            self.peers[peer.fd] = peer
+            self.changed = True
+
+    def _same_user(self, conn) -> bool:
+        opt = getattr(socket, "SO_PEERCRED", None)
+        if opt is None:
+            return True
+        try:
+            _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, opt, struct.calcsize("3i")))
+        except OSError:
+            return False
+        return uid in (self._uid, 0)
+
+    def readable(self, fd, out) -> None:
+        """Read what connection ``fd`` has: ``(peer, frames)`` appended to ``out``; a connection
+        that broke the framing hands up what it sent as one frame, and is closed."""
+        peer = self.peers.get(fd)
+        if peer is None:
+            return
+        msgs: list = []
+        try:
+            alive = peer.reader.read(peer.sock, msgs)
+        except Garbage as e:
+            logging.getLogger("flowlab.cluster").warning(
+                "local lane %s: closing a connection that broke the framing (%s)", self.path, e)
+            msgs.append([e.data or b"?"])
+            alive = False
+        except OSError:
+            alive = False
+        for frames in msgs:
+            out.append((peer, frames))
+        if not alive:
+            self.drop(peer)
+
+    def writable(self, fd) -> None:
+        peer = self.peers.get(fd)
+        if peer is not None:
+            self._flush(peer)
+
+    def send(self, peer, frames) -> bool:
+        """Queue ``frames`` to ``peer`` and send what the socket takes now (any thread). False when
+        some is left for the owner's loop to send when the socket is writable."""
+        if peer.closed:
+            return True
+        bufs, total = encode(frames)
+        with peer.lock:
+            w = peer.writer
+            if w.pending:
+                w.pending.extend(bufs)
+                return True                  # already waiting for POLLOUT
+            try:
+                if len(bufs) == 1:           # a small message: usually one send does it
+                    try:
+                        n = peer.sock.send(bufs[0])
+                    except (BlockingIOError, InterruptedError):
+                        n = 0
+                    if n == total:
+                        return True
+                    bufs = [memoryview(bufs[0])[n:]]
+                w.pending.extend(bufs)
+                if w.write(peer.sock):
+                    return True
+            except OSError:
+                w.pending.clear()
+                peer.closed = True
+                return True
+        with self._lock:
+            self._want_out.add(peer.fd)
+        self.changed = True
+        return False
+
+    def _flush(self, peer):
+        with peer.lock:
+            try:
+                done = peer.writer.write(peer.sock)
+            except OSError:
+                peer.writer.pending.clear()
+                done = True
+                peer.closed = True
+        if done:
+            with self._lock:
+                self._want_out.discard(peer.fd)
+            self.changed = True
+
+    def drop(self, peer) -> None:
+        peer.closed = True
+        if self.peers.pop(peer.fd, None) is not None:
+            with self._lock:
+                self._want_out.discard(peer.fd)
+            self.changed = True
+            with peer.lock:               # not while another thread writes to it
+                peer.sock.close()
+
+    def close(self) -> None:
+        for peer in list(self.peers.values()):
+            self.drop(peer)
+        self.sock.close()
+        if _open.get(self.path) == self._ino:
+            del _open[self.path]
+        try:
+            if os.stat(self.path).st_ino == self._ino:     # ours, not a successor's
+                os.unlink(self.path)
+        except OSError:
+            pass
