@@ -21,8 +21,18 @@ traffic a bandwidth-optimal allreduce must move per rank). Before timing, every 
 checked; the exit status is 1 only when a result is wrong (CHECK FAILED), never for a timing.
 
 - ``flowlab zmq ALG``: ranks are the worker processes of a ``LocalCluster``, talking worker to
-  worker over the cluster's ZeroMQ transport (``ZmqCommunicator``, signed messages): what
-  ``cluster.run(fn)``, ``MultiWorkerMirroredStrategy`` and ``flowlab run`` use.
+  worker over the cluster's transport (``ZmqCommunicator``): what ``cluster.run(fn)``,
+  ``MultiWorkerMirroredStrategy`` and ``flowlab run`` use. The workers share one host, so the
+  transport puts each pair on shared memory (``flowlab.cluster.collectives.shm``); ``flowlab zmq
+  native`` is ``algorithm="native"``, which on one host means every rank reads its peers'
+  buffers directly (``flowlab.cluster.collectives.direct``).
+- ``flowlab tcp ALG``: the same with ``FLOWLAB_SHM=0``: every pair on ZeroMQ over loopback TCP,
+  as between hosts (``--no-tcp`` skips these rows).
+
+After the tables: for each size, the best ``flowlab zmq`` row against ``mpi4py Allreduce`` and
+``torch gloo`` (ratio of bus bandwidths, > 1: flowlab is faster), and the targets of flowlab
+issue 7 marked PASS or MISS: at 16 and 64 MiB, bus bandwidth at least MPI's and at least 2x
+gloo's; at 4 KiB with 2 ranks, under 100 us. Timings never change the exit status.
 """
 from __future__ import annotations
 
@@ -49,6 +59,7 @@ sys.path.insert(0, ROOT)
 
 SIZES = {"4 KiB": 4 << 10, "1 MiB": 1 << 20, "16 MiB": 16 << 20, "64 MiB": 64 << 20}
 ALGS = ["ring", "tree", "naive"]
+CLUSTER_ALGS = [*ALGS, "native"]   # native: shared-memory collectives when the workers share a host
 MODES = {
     "full": dict(sizes=list(SIZES), ranks=[2, 4], warmup=2, iters={4 << 10: 30, 1 << 20: 15, 16 << 20: 5,
                                                                    64 << 20: 3}),
@@ -112,28 +123,30 @@ def run_threads(n, mode):
 
 
 # -- flowlab over ZeroMQ between LocalCluster workers -----------------------------------------------------
-def zmq_body(mode):
+def zmq_body(mode, row="flowlab zmq"):
     import flowlab as fl
     from flowlab.cluster import collectives as C
 
     r, n = fl.cluster.rank(), fl.cluster.world_size()
+    has_native = getattr(C.current(), "native", None) is not None
     res = {}
     for label in mode["sizes"]:
         nbytes = SIZES[label]
         x = data(nbytes, r)
-        for alg in ALGS:
+        for alg in CLUSTER_ALGS if has_native else ALGS:
             ok = correct(C.allreduce(x, "sum", alg, timeout=DEADLINE_S), n)
             times = timed(lambda: C.allreduce(x, "sum", alg, timeout=DEADLINE_S),
                           lambda: C.barrier(timeout=DEADLINE_S), mode["iters"][nbytes], mode["warmup"])
-            res[f"flowlab zmq {alg}", label] = (times, ok)
+            res[f"{row} {alg}", label] = (times, ok)
     return res
 
 
-def run_zmq(n, mode):
+def run_zmq(n, mode, shm=True):
     import flowlab as fl
 
-    with fl.cluster.LocalCluster(workers=n) as cluster:
-        per_rank = cluster.run(zmq_body, mode, timeout=WORKER_TIMEOUT_S)
+    env = None if shm else {"FLOWLAB_SHM": "0"}
+    with fl.cluster.LocalCluster(workers=n, env=env) as cluster:
+        per_rank = cluster.run(zmq_body, mode, "flowlab zmq" if shm else "flowlab tcp", timeout=WORKER_TIMEOUT_S)
     return {key: (slowest_median([r[key][0] for r in per_rank]), all(r[key][1] for r in per_rank))
             for key in per_rank[0]}
 
@@ -280,10 +293,12 @@ def busbw(nbytes, n, s):
     return None if s is None else nbytes * 2 * (n - 1) / n / s / 1e9
 
 
-def report(n, sizes, results, skipped):
+def report(n, sizes, results, skipped, loads=None):
     rows = [f"flowlab threads {a}" for a in ALGS] + [f"flowlab mpi {a}" for a in [*ALGS, "native"]] + [
-        "mpi4py Allreduce", "torch gloo"] + [f"flowlab zmq {a}" for a in ALGS]
-    lines = [f"== {n} ranks =="]
+        "mpi4py Allreduce", "torch gloo"] + [f"flowlab zmq {a}" for a in CLUSTER_ALGS] + [
+        f"flowlab tcp {a}" for a in ALGS]
+    lines = [f"== {n} ranks ==" + ("" if not loads else
+                                   f" (1-minute load average {loads[0]:.2f} before, {loads[1]:.2f} after)")]
     lat = [[row] + [fmt_time(results.get((row, s), (None,))[0]) for s in sizes] for row in rows]
     lines += Cm.table(["latency"] + sizes, lat)
     lines.append("")
@@ -292,7 +307,49 @@ def report(n, sizes, results, skipped):
     lines += Cm.table(["bus bandwidth (GB/s)"] + sizes, bw)
     for what, why in skipped.items():
         lines.append(f"{what}: skipped: {why}")
+    lines.append("")
+    lines += targets(n, sizes, results)
     return lines
+
+
+def best_cluster(results, label):
+    """(row, seconds) of the fastest ``flowlab zmq`` row at ``label``, or (None, None)."""
+    got = [(sec, row) for (row, lab), (sec, _) in results.items()
+           if lab == label and row.startswith("flowlab zmq ") and sec is not None]
+    return (min(got)[1], min(got)[0]) if got else (None, None)
+
+
+def targets(n, sizes, results):
+    """Ratio lines (best flowlab zmq row against MPI and gloo) and the PASS/MISS of issue 7's targets."""
+    lines = []
+    for label in sizes:
+        row, sec = best_cluster(results, label)
+        if row is None:
+            continue
+        mpi = results.get(("mpi4py Allreduce", label), (None,))[0]
+        gloo = results.get(("torch gloo", label), (None,))[0]
+        bw = busbw(SIZES[label], n, sec)
+        parts = [f"{label:>6}: best {row} {fmt_time(sec)}"]
+        parts.append(f"vs mpi4py x{mpi / sec:.2f}" if mpi else "vs mpi4py n/a")
+        parts.append(f"vs gloo x{gloo / sec:.2f}" if gloo else "vs gloo n/a")
+        if label in ("16 MiB", "64 MiB"):
+            if mpi is None or gloo is None:
+                verdict = "n/a (needs mpi4py and torch)"
+            else:
+                ok = bw >= busbw(SIZES[label], n, mpi) and bw >= 2 * busbw(SIZES[label], n, gloo)
+                verdict = f"{'PASS' if ok else 'MISS'} (bus bandwidth >= MPI's and >= 2x gloo's)"
+            parts.append(f"target: {verdict}")
+        elif label == "4 KiB" and n == 2:
+            parts.append(f"target: {'PASS' if sec < 100e-6 else 'MISS'} (under 100 us)")
+        lines.append("; ".join(parts))
+    return lines
+
+
+def _load() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
 
 
 def header():
@@ -323,7 +380,9 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="smoke run: 2 ranks, small sizes, few iterations")
     p.add_argument("--no-torch", action="store_true", help="skip torch even when installed")
     p.add_argument("--no-mpi", action="store_true", help="skip MPI even when installed")
-    p.add_argument("--no-zmq", action="store_true", help="skip the LocalCluster (ZeroMQ) rows")
+    p.add_argument("--no-zmq", action="store_true", help="skip the LocalCluster rows (shared memory and TCP)")
+    p.add_argument("--no-tcp", action="store_true", help="skip the LocalCluster rows with shared memory off")
+    p.add_argument("--ranks", help="only these group sizes, e.g. 2 or 2,4 (default: the mode's)")
     p.add_argument("--json", help="also write the figures (seconds) to this file")
     p.add_argument("--worker", choices=["mpi", "torch"], help=argparse.SUPPRESS)
     p.add_argument("--mode", default="full", help=argparse.SUPPRESS)
@@ -338,6 +397,8 @@ def main(argv=None):
 
     mode_name = "quick" if args.quick else "full"
     mode = MODES[mode_name]
+    if args.ranks:
+        mode = dict(mode, ranks=[int(k) for k in args.ranks.split(",")])
     print("flowlab allreduce benchmark: float32 sum; time = median over iterations of the slowest rank")
     print("\n".join(header()))
     mpi_why = "--no-mpi" if args.no_mpi else mpi_skip_reason()
@@ -345,10 +406,13 @@ def main(argv=None):
                  None if importlib.util.find_spec("torch") else "torch is not installed (`make bench`)")
     failed, dump = [], {}
     for n in mode["ranks"]:
+        load_before = _load()
         results, skipped = run_threads(n, mode), {}
         zmq_why = "--no-zmq" if args.no_zmq else None
-        for name, why, runner in (("zmq", zmq_why, lambda n, _: run_zmq(n, mode)), ("mpi", mpi_why, run_mpi),
-                                  ("torch gloo", torch_why, run_torch)):
+        tcp_why = "--no-zmq" if args.no_zmq else "--no-tcp" if args.no_tcp else None
+        for name, why, runner in (("zmq", zmq_why, lambda n, _: run_zmq(n, mode)),
+                                  ("tcp", tcp_why, lambda n, _: run_zmq(n, mode, shm=False)),
+                                  ("mpi", mpi_why, run_mpi), ("torch gloo", torch_why, run_torch)):
             if why:
                 skipped[name] = why
                 continue
@@ -357,7 +421,7 @@ def main(argv=None):
             except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
                 skipped[name] = f"failed to run: {str(e).strip().splitlines()[-1] if str(e).strip() else e!r}"
         print()
-        print("\n".join(report(n, mode["sizes"], results, skipped)))
+        print("\n".join(report(n, mode["sizes"], results, skipped, (load_before, _load()))))
         for (row, label), (_, ok) in results.items():
             if not ok:
                 failed.append(f"{row} at {label} with {n} ranks")

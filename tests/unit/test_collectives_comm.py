@@ -1,6 +1,8 @@
 """The Communicator contract (flowlab/cluster/collectives/comm.py), checked on every transport that
-can run in one process. A new transport (the cluster's ZeroMQ adapter) joins by adding a factory
-to TRANSPORTS: a function ``n -> (list of n communicators, close function)``."""
+can run in one process: LocalGroup, and the cluster's transport between Servers of this process
+over shared memory (``shm``), over ZeroMQ only (``zmq``) and both at once (``mixed``, two pretend
+hosts). A new transport joins by adding a factory to TRANSPORTS: a function
+``n -> (list of n communicators, close function)``."""
 import threading
 
 import numpy as np
@@ -14,7 +16,69 @@ def local(n):
     return list(group), group.close
 
 
-TRANSPORTS = {"local": local}
+def _cluster_comms(n, options):
+    """``n`` ZmqCommunicators of ``n`` Servers in this process (real sockets on 127.0.0.1, real
+    shared memory); ``options(r)`` gives rank r's keyword arguments."""
+    from flowlab.cluster.protocol import new_key
+    from flowlab.cluster.server import Server
+    from flowlab.cluster.spec import ClusterSpec
+    from flowlab.cluster.collectives.zmq import ZmqCommunicator
+
+    key = new_key()
+    servers = [Server(None, "worker", r, key=key, port=0) for r in range(n)]
+    spec = ClusterSpec({"worker": [s.address for s in servers]})
+    for s in servers:
+        s.spec = spec
+    comms, errors = [None] * n, []
+
+    def make(r):
+        try:
+            comms[r] = ZmqCommunicator(servers[r], peer_timeout=2.0, connect_timeout=20.0,
+                                       **options(r))
+        except Exception as e:   # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=make, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+
+    def close():
+        for c in comms:
+            if c is not None:
+                c.close()
+        for s in servers:
+            s.stop()
+            s.join(5)
+
+    if errors or None in comms:
+        close()
+        raise errors[0] if errors else TimeoutError("communicators did not form")
+    return comms, close
+
+
+def shm(n):
+    comms, close = _cluster_comms(n, lambda r: {})
+    assert all(c.channels[p] == "shm" for c in comms for p in range(n) if p != c.rank), comms
+    return comms, close
+
+
+def zmq(n):
+    comms, close = _cluster_comms(n, lambda r: {"shm": False})
+    assert all(c.channels[p] == "zmq" for c in comms for p in range(n) if p != c.rank), comms
+    return comms, close
+
+
+def mixed(n):
+    """Two pretend hosts: even ranks share memory, odd ranks share memory, the rest use ZeroMQ."""
+    comms, close = _cluster_comms(n, lambda r: {"host": f"host{r % 2}"})
+    assert all(c.channels[p] == ("shm" if (p - c.rank) % 2 == 0 else "zmq")
+               for c in comms for p in range(n) if p != c.rank), comms
+    return comms, close
+
+
+TRANSPORTS = {"local": local, "shm": shm, "zmq": zmq, "mixed": mixed}
 
 
 @pytest.fixture(params=sorted(TRANSPORTS))
@@ -110,3 +174,36 @@ def test_a_lost_peer_is_reported_once_after_its_messages(make, request):
         assert e.value.peers == [2]
     finally:
         group.close()
+
+
+def test_large_messages_both_ways_at_once_do_not_deadlock(make):
+    """Each rank sends more than a shared-memory ring holds before either receives (what a
+    naive allreduce does): sends return, and everything arrives intact."""
+    a, b = make(2)
+    big = [np.arange(9 << 20, dtype=np.uint8) + i for i in range(2)]     # 9 MiB each, > the ring
+    done = []
+
+    def side(comm, mine):
+        comm.send(1 - comm.rank, {"from": comm.rank}, [mine])
+        src, header, (got,) = comm.recv(30)
+        done.append((comm.rank, src, header["from"], np.array_equal(got, big[src])))
+
+    threads = [threading.Thread(target=side, args=(c, big[c.rank]), daemon=True) for c in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(done) == [(0, 1, 1, True), (1, 0, 0, True)]
+
+
+def test_messages_of_every_size_keep_their_order(make):
+    a, b = make(2)
+    rng = np.random.default_rng(0)
+    sizes = [0, 1, 7, 4096, 65_000, 70_000, 1 << 20, 3, (5 << 20) + 5, 12, 2 << 20]
+    sent = [rng.integers(0, 255, n, dtype=np.uint8) for n in sizes]
+    for i, x in enumerate(sent):
+        a.send(1, {"i": i}, [x, x[:5].astype(np.float64)])
+    for i, x in enumerate(sent):
+        src, header, (got, head) = b.recv(30)
+        assert (src, header) == (0, {"i": i})
+        assert np.array_equal(got, x) and np.array_equal(head, x[:5].astype(np.float64))

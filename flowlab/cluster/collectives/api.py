@@ -6,7 +6,9 @@ Arguments common to all of them:
 
 - ``algorithm``: ``"ring"`` (bandwidth-optimal, the default), ``"tree"`` (recursive halving and
   doubling: fewer steps, better for small tensors), ``"naive"`` (everything through rank 0, as a
-  parameter server does), or ``"native"`` (the transport's own collectives, e.g. MPI's).
+  parameter server does), or ``"native"`` (the transport's own collectives: MPI's, or, between
+  cluster workers that all run on one host, shared-memory collectives that read the peers'
+  buffers directly, see :mod:`.direct`).
 - ``comm``: the communicator; by default the current one (see :func:`.comm.current`): a
   ``LocalGroup`` rank inside ``LocalGroup.run``, MPI's world under ``mpiexec``, else a group of one.
 - ``timeout``: seconds before the call gives up (default 60, see ``set_default_timeout``). A call
@@ -35,7 +37,7 @@ from flowlab.core import ops as _ops
 from flowlab.core.dtypes import as_dtype
 from flowlab.core.tensor import Tensor
 
-from . import _autodiff, naive, ring, tree
+from . import _autodiff, _buffers, naive, ring, tree
 from ._exchange import Exchange
 from .comm import Communicator, current
 from .reductions import finish, ufunc_for
@@ -171,7 +173,7 @@ def _allgather(arr, rows_per_rank, algorithm, comm, timeout, sig_shape, name="al
     bounds = [0]
     for k in rows_per_rank:
         bounds.append(bounds[-1] + k * row_size)
-    buf = np.empty(bounds[-1], arr.dtype)
+    buf = _buffers.empty(bounds[-1], arr.dtype)
     buf[bounds[r]:bounds[r + 1]] = arr.reshape(-1)
     if n > 1:
         impl = _impl(algorithm, comm)
@@ -182,16 +184,28 @@ def _allgather(arr, rows_per_rank, algorithm, comm, timeout, sig_shape, name="al
 
 def _exchange(comm, op, algorithm, arr, reduce=None, root=None, timeout=None, shape=None):
     return Exchange(comm, op, algorithm, shape=shape if shape is not None else (None if arr is None else arr.shape),
-                    dtype=None if arr is None else arr.dtype.name, reduce=reduce, root=root, timeout=timeout,
+                    dtype=None if arr is None else _dtype_name(arr.dtype), reduce=reduce, root=root, timeout=timeout,
                     segment_bytes=getattr(comm, "segment_bytes", None), nbytes=0 if arr is None else arr.nbytes)
+
+
+_DTYPE_NAMES: dict = {}
+
+
+def _dtype_name(dtype) -> str:
+    """``dtype.name``, remembered (numpy computes it in Python: microseconds per call)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype.name
+    return name
 
 
 def _impl(algorithm, comm):
     if algorithm == "native":
         native = getattr(comm, "native", None)
         if native is None:
-            raise ValueError(f"algorithm='native' needs a transport with collectives of its own (MPI); "
-                             f"{type(comm).__name__} has none: use 'ring', 'tree' or 'naive'")
+            raise ValueError(f"algorithm='native' needs a transport with collectives of its own (MPI, or the "
+                             f"cluster's when all ranks share memory on one host); {comm!r} has none: use "
+                             f"'ring', 'tree' or 'naive'")
         return native
     try:
         return ALGORITHMS[algorithm]
@@ -257,10 +271,11 @@ def _flat_copy(arr) -> np.ndarray:
 def _source_and_buffer(arr):
     """(src, buf): this rank's values as a flat C-contiguous array that is only read, and the
     result buffer. For a contiguous input, src is a view of it and buf is new (not filled: the
-    algorithms write every element of it); otherwise both are one private copy."""
+    algorithms write every element of it; large ones reuse memory, see :mod:`._buffers`);
+    otherwise both are one private copy."""
     flat = np.ascontiguousarray(arr).reshape(-1)
     if np.may_share_memory(flat, arr):
-        return flat, np.empty_like(flat)
+        return flat, _buffers.empty(flat.size, flat.dtype)    # large ones: recycled memory
     return flat, flat
 
 

@@ -4,7 +4,8 @@ A :class:`Communicator` is one rank's connection to a group of ``size`` ranks. I
 each a small header (a JSON-safe dict) plus a list of numpy arrays, and nothing else: ring, tree
 and naive collectives, sequence numbers, mismatch checks and deadlines all live above it. Three
 transports implement it: :class:`~.local.LocalGroup` (threads in one process, for fast tests),
-:class:`~.mpi.MPICommunicator` (mpi4py, under ``mpiexec``) and the cluster's ZeroMQ transport.
+:class:`~.mpi.MPICommunicator` (mpi4py, under ``mpiexec``) and the cluster's transport
+(:mod:`.zmq`: shared memory between ranks on one host, ZeroMQ between hosts).
 
 The contract, exactly::
 

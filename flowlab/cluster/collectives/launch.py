@@ -166,7 +166,20 @@ def launch(np_: int, script: str, args=(), python: str | None = None, out=None) 
         return 130
     finally:
         _end(procs, grace=1.0)
+        _remove_lanes(folder)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove_lanes(folder) -> None:
+    """Remove the local-lane sockets of ranks that were ended by a signal (no exit handlers ran)."""
+    from .. import unix
+    for name in os.listdir(folder):
+        if name.startswith("rank-") and name.endswith(".addr"):
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    unix.remove_if_dead(f.read().strip())
+            except (OSError, ValueError):
+                pass
 
 
 if __name__ == "__main__":

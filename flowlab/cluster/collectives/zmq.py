@@ -1,17 +1,34 @@
-"""The cluster's ZeroMQ transport as a :class:`~.comm.Communicator`: collectives between the
-worker processes of a LocalCluster (or of ``flowlab run``), worker to worker.
+"""The cluster's transport as a :class:`~.comm.Communicator`: collectives between the worker
+processes of a LocalCluster (or of ``flowlab run``), worker to worker.
 
-Each rank registers an inline handler for messages of type ``coll`` on its own :class:`Server`;
-the handler puts ``(source, header, arrays)`` on one inbox queue that ``recv`` reads (messages of
-one sender stay in order: one DEALER socket per peer, one loop thread per receiver). A rank sends
-straight to its peer's server over its own connection, signed with the cluster key. Arrays of
-64 KiB and more would leave without a copy, so ``send`` copies them first (the contract lets the
-caller reuse its buffers at once).
+Two kinds of channel, negotiated per pair when the group forms:
 
-When the communicator is made it greets every peer until each one has its handler in place, so
-no message is sent to a server that would refuse it. A peer counts as gone when it has not
-answered anything (a reply, a ping) for ``peer_timeout`` seconds while this rank waits: ``recv``
-then raises :class:`PeerGone` naming it.
+- **shared memory** between ranks on the same host (same :func:`~.shm.host_identity`: machine,
+  boot, user, namespaces): a ring buffer per ordered pair (:mod:`.shm`), read by ``recv`` in the
+  caller's own thread;
+- **ZeroMQ** otherwise (or when shared memory is unavailable, or switched off with
+  ``FLOWLAB_SHM=0`` or ``shm=False``): one-way signed messages of type ``coll`` straight to the
+  peer's :class:`Server` (no reply per message), whose loop thread puts them on this rank's inbox
+  (and pokes the wake socket when ``recv`` sleeps, so one wait covers both kinds of peers). Arrays
+  of 64 KiB and more would leave without a copy, so ``send`` copies them first (the contract lets
+  the caller reuse its buffers at once).
+
+A rank waiting in ``recv`` on shared memory first spins on the rings for up to ``spin`` seconds
+(x86-64, a core per rank, no queue for the cores at that moment; see :mod:`.shm`), then sleeps on
+its wake socket. Data that did not fit a ring when it was sent is moved on while this rank waits
+in ``recv``, and in ``flush``, which the collective layer calls as each collective ends (else a
+Pusher thread does it). When every pair shares memory, ``native`` offers the shared-memory
+collectives of :mod:`.direct` (``algorithm="native"``).
+
+Greeting: every rank connects to every peer's server and asks (``coll-hi``, answered once the
+peer's communicator is in place) with its host identity, pid and wake socket; a peer on the same
+host creates the ring for messages from the asker and names it in its answer, and the asker maps
+it. A pair where that fails for any reason stays on ZeroMQ (``channels`` says which is used).
+
+Liveness: while ``recv`` waits, peers that have said nothing for half a second are pinged through
+their servers; one silent for ``peer_timeout`` seconds (dead, SIGSTOPped, unreachable) counts as
+gone, and so does, at once, a same-host peer whose process has exited or whose communicator was
+closed. ``recv`` then delivers what those peers had sent and raises :class:`PeerGone` naming them.
 
 :func:`for_server` gives the communicator of a task's server (made once per cluster layout);
 :mod:`.comm` uses it as the default inside ``cluster.run(fn)``. pyzmq is imported by the cluster's
@@ -19,29 +36,47 @@ transport, never by ``import flowlab``.
 """
 from __future__ import annotations
 
+import collections
+import logging
+import os
 import queue
 import threading
 import time
 
 import numpy as np
 
+from . import shm as _shm
 from .comm import Communicator, PeerGone
 
 __all__ = ["ZmqCommunicator", "for_server"]
 
+log = logging.getLogger("flowlab.cluster")
+
 MSG_TYPE = "coll"
+HELLO_TYPE = "coll-hi"
 COPY_BYTES = 65536          # pyzmq copies smaller frames itself
 PING_EVERY = 0.5            # seconds between pings to silent peers while waiting
+CHECK_EVERY = 0.02          # seconds between liveness checks while waiting
+FLUSH_STALL_S = 0.2         # flush gives up after this long without progress (the Pusher goes on)
 _WAKE = object()
 
 
 class ZmqCommunicator(Communicator):
     """Rank ``server.task_index`` of the tasks of ``server.job_name`` in ``server.spec``.
 
-    ``peer_timeout``: seconds of silence (no reply, no ping answer) after which a peer counts as
-    gone; ``connect_timeout``: how long to wait for every peer to be ready."""
+    ``peer_timeout``: seconds of silence (no message, no ping answer) after which a peer counts
+    as gone; ``connect_timeout``: how long to wait for every peer to be ready. ``shm``: False keeps
+    every pair on ZeroMQ (None: shared memory between same-host ranks where available); ``host``
+    overrides this rank's host identity (ranks with different ones never share memory: for tests);
+    ``spin``: seconds a waiting ``recv`` spins before it blocks (None: :data:`~.shm.SPIN_S` on
+    x86-64 when the host has a core for each of its ranks, else 0).
 
-    def __init__(self, server, peer_timeout: float = 5.0, connect_timeout: float = 30.0):
+    ``channels[peer]`` is ``"shm"`` or ``"zmq"`` (``None`` for this rank). When every peer is on
+    shared memory, ``native`` holds :class:`~.direct.SharedMemoryCollectives` (``algorithm="native"``:
+    every rank reads the others' buffers directly); else it is None."""
+
+    def __init__(self, server, peer_timeout: float = 5.0, connect_timeout: float = 30.0, shm=None,
+                 host: str | None = None, spin: float | None = None):
         from ..protocol import Signer, Verifier, new_id
         from ..spec import task_name
 
@@ -54,6 +89,11 @@ class ZmqCommunicator(Communicator):
         self.tasks = [task_name(server.job_name, r) for r in range(self.size)]
         self.addresses = [spec.address_of(t) for t in self.tasks]
         self.id = new_id(f"coll{self.rank}")
+        self.host = host or _shm.host_identity()
+        self.shm_unavailable = "switched off (shm=False)" if shm is False else _shm.unavailable()
+        self._shm = self.shm_unavailable is None
+        self.channels: list = ["zmq"] * self.size
+        self.channels[self.rank] = None
         self._signer = Signer(server.key, self.id)
         self._verifier = Verifier(server.key, self.id)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -64,18 +104,70 @@ class ZmqCommunicator(Communicator):
         self._told: set = set()
         self._closed = False
         self._lock = threading.Lock()
-        server.register(MSG_TYPE, self._on_message, inline=True)
+        self._in: dict = {}             # src -> shm.Inbound (made by the greeting handler)
+        self._in_list: tuple = ()
+        self._out: dict = {}            # peer -> shm.Outbound
+        self._pids: dict = {}           # same-host peer -> pid
+        self._rr = 0
+        self._queued = False            # some Outbound may hold queued data
+        self._active = 0                # calls of this rank's thread inside send/recv/flush
+        self._early: collections.deque = collections.deque()   # read during flush, for recv
+        self._next_check = 0.0
+        self._cores, self._cores_checked, self._cores_ok = _shm.usable_cores(), 0.0, True
+        self._sleeping = False
+        self.spin = 0.0
+        if self._shm:
+            self._tx = _shm.poke_socket()
+            self._rx = _shm.Waker("rx")
+            self._pusher = _shm.Pusher(self._out, lambda: self._active > 0, self._gone_for_pusher,
+                                       name=f"flowlab-shm-push{self.rank}")
+        server.register(HELLO_TYPE, self._on_hello, inline=True)
+        server.register(MSG_TYPE, self._on_message, inline=True, reply=False)
         try:
             self._greet(connect_timeout)
         except BaseException:
             self.close()
             raise
+        self.native = None
+        if self._shm and all(c == "shm" for c in self.channels if c):
+            from .direct import SharedMemoryCollectives
+            self.native = SharedMemoryCollectives(self)
+        local = 1 + sum(1 for p in range(self.size) if p != self.rank and p in self._pids)
+        if spin is not None:
+            self.spin = float(spin)
+        elif self._shm and _shm.STRONG_ORDER and local <= _shm.usable_cores():
+            self.spin = _shm.SPIN_S
 
     # -- the receiving side (the server's loop thread) ---------------------------------------------
     def _on_message(self, server, msg):
         body = msg.body
-        if "probe" not in body:     # a probe only checks that this handler is registered
-            self._inbox.put((body["src"], body["h"], msg.buffers))
+        self._inbox.put((body["src"], body["h"], msg.buffers))
+        if self._sleeping:
+            _shm.poke(self._tx, self._rx.name)
+
+    def _on_hello(self, server, msg):
+        """A peer's greeting: answer with this rank's host and, for a peer on this host, the name
+        of the ring it should write to (made here, once per peer communicator)."""
+        if self._closed:
+            raise RuntimeError(f"rank {self.rank}'s communicator is closed")
+        b = msg.body
+        src = b.get("src")
+        reply = {"coll_hi": True, "host": self.host, "pid": os.getpid(), "seg": None,
+                 "rx": self._rx.name if self._shm else None}
+        if not (isinstance(src, int) and 0 <= src < self.size and src != self.rank):
+            raise ValueError(f"rank {self.rank} got a greeting from rank {src!r} in a group of {self.size}")
+        if b.get("host") != self.host:
+            return reply
+        self._pids[src] = b.get("pid")
+        if self._shm and b.get("tx"):
+            ch = self._in.get(src)
+            if ch is None or ch.owner != b.get("comm"):
+                ch = _shm.Inbound(src, self._tx, owner=b.get("comm"))
+                ch.producer = b["tx"]
+                self._in[src] = ch
+                self._in_list = tuple(self._in.values())
+            reply["seg"] = ch.name
+        return reply
 
     # -- the contract ------------------------------------------------------------------------------
     def send(self, peer, header, arrays):
@@ -85,49 +177,204 @@ class ZmqCommunicator(Communicator):
             raise ValueError(f"rank {self.rank} cannot send to rank {peer} in a group of {self.size}")
         if peer in self._told:
             return
+        out = self._out.get(peer)
+        if out is not None:
+            self._active += 1
+            try:
+                if not out.send(header, arrays):
+                    self._queued = True
+                    self._pusher.notify()
+            finally:
+                self._active -= 1
+            return
         bufs = [np.array(a, copy=True, order="C") if a.nbytes >= COPY_BYTES else np.ascontiguousarray(a)
                 for a in arrays]
         frames = self._signer.pack(MSG_TYPE, self._ids[peer], {"src": self.rank, "h": header}, bufs)
-        conn = self._conns[peer]
         with self._lock:
-            conn.send(frames)
-            self._drain(peer, conn)
+            self._conns[peer].send(frames)
 
     def recv(self, timeout):
         if self._closed:
             raise PeerGone([self.rank], "closed (its communicator was closed)")
-        inbox = self._inbox
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            try:
-                item = inbox.get_nowait()
-            except queue.Empty:
-                self._check_peers()
+        spin = self.spin
+        self._active += 1
+        try:
+            while True:
+                item = self._poll()
+                if item is not None:
+                    break
+                if self._queued and self._push():
+                    continue
+                if spin and self._cores_free() and _shm.spin_until(self._ready, spin):
+                    spin = 0.0
+                    continue
+                spin = 0.0
+                gone = self._find_gone()
+                if gone:
+                    item = self._poll()     # what they sent before they went comes first
+                    if item is not None:
+                        break
+                    self._told.update(gone)
+                    raise PeerGone(sorted(gone), _reason(gone))
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError(f"rank {self.rank}: no message within {timeout:.3g} s") from None
+                wait = min(0.1, left) if left is not None else 0.1
+                if self._shm:
+                    self._block(wait)
+                    continue
                 try:
-                    item = inbox.get(timeout=min(0.1, left) if left is not None else 0.1)
+                    item = self._inbox.get(timeout=wait)
                 except queue.Empty:
                     continue
-            if item is _WAKE:
-                raise PeerGone([self.rank], "closed (its communicator was closed)")
-            src, header, arrays = item
-            self._heard[src] = time.monotonic()
-            return src, header, arrays
+                if item is _WAKE:
+                    raise PeerGone([self.rank], "closed (its communicator was closed)")
+                break
+        except ValueError:
+            if self._closed:     # closed by another thread while this one read a ring
+                raise PeerGone([self.rank], "closed (its communicator was closed)") from None
+            raise
+        finally:
+            self._active -= 1
+        self._heard[item[0]] = time.monotonic()
+        return item
+
+    def flush(self, deadline: float) -> None:
+        """Move this rank's queued shared-memory data into the rings before the collective returns
+        (until ``deadline``, a ``time.perf_counter()`` value, or until the rings have not moved for
+        :data:`FLUSH_STALL_S`: a peer that stopped reading, e.g. one that gave the call up, is left
+        to the Pusher thread); messages that arrive meanwhile are kept for ``recv``. Gone peers'
+        data is dropped."""
+        if not self._queued or self._closed:
+            return
+        self._active += 1
+        try:
+            moved = time.perf_counter()
+            while self._queued and not self._closed:
+                if self._push():
+                    moved = time.perf_counter()
+                    continue
+                now = time.perf_counter()
+                if not self._queued or now >= deadline or now - moved > FLUSH_STALL_S:
+                    return
+                item = self._poll()
+                if item is not None:
+                    self._early.append(item)
+                    continue
+                for peer, out in list(self._out.items()):
+                    if out.pending and self._gone_for_pusher(peer):
+                        out.drop()
+                if self._find_gone():       # reported by recv (not marked told here)
+                    self._next_check = 0.0
+                    return
+                self._block(min(FLUSH_STALL_S, max(0.0, deadline - now)))
+        finally:
+            self._active -= 1
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self.server._handlers.get(MSG_TYPE, (None,))[0] == self._on_message:
-            self.server._handlers.pop(MSG_TYPE, None)
-        for c in self._conns.values():
-            c.close()
+        for kind, fn in ((MSG_TYPE, self._on_message), (HELLO_TYPE, self._on_hello)):
+            if self.server._handlers.get(kind, (None,))[0] == fn:
+                self.server._handlers.pop(kind, None)
+        with self._lock:
+            for c in self._conns.values():
+                c.close()
         self._inbox.put(_WAKE)
+        if getattr(self, "native", None) is not None:
+            self.native.close()
+        if self._shm:
+            _shm.poke(self._tx, self._rx.name)
+            self._pusher.close()
+            for ch in list(self._out.values()) + list(self._in.values()):
+                ch.close()
+            self._rx.close()
+            self._tx.close()
 
     def __repr__(self):
-        return f"<ZmqCommunicator rank {self.rank} of {self.size} ({self.server.name})>"
+        kinds = [c for c in self.channels if c]
+        return (f"<ZmqCommunicator rank {self.rank} of {self.size} ({self.server.name}; "
+                f"{kinds.count('shm')} shared-memory, {kinds.count('zmq')} ZeroMQ peers)>")
+
+    # -- receiving ---------------------------------------------------------------------------------
+    def _poll(self):
+        """The next message that is here, from either kind of channel, else None."""
+        if self._early:
+            return self._early.popleft()
+        inbox = self._inbox
+        if not inbox.empty():
+            item = inbox.get_nowait()
+            if item is _WAKE:
+                raise PeerGone([self.rank], "closed (its communicator was closed)")
+            return item
+        chans = self._in_list
+        n = len(chans)
+        if n:
+            first = self._rr
+            for i in range(n):
+                ch = chans[(first + i) % n]
+                m = ch.pump()
+                if m is not None:
+                    self._rr = (first + i + 1) % n
+                    return ch.src, m[0], m[1]
+        return None
+
+    def _push(self) -> bool:
+        """Move queued data into rings with space; True if any moved. Clears ``_queued`` when
+        nothing is left queued."""
+        moved, left = 0, False
+        for out in self._out.values():
+            if out.pending:
+                moved += out.push()
+                left = left or bool(out.pending)
+        if not left:
+            self._queued = False
+        return moved > 0
+
+    def _cores_free(self) -> bool:
+        """Whether spinning is worth it now: no more runnable threads on the host than usable
+        cores (else the spinner takes a core its peer is queued for). Looked up at most every
+        :data:`CHECK_EVERY` seconds."""
+        now = time.monotonic()
+        if now >= self._cores_checked:
+            self._cores_checked = now + CHECK_EVERY
+            self._cores_ok = _shm.runnable() <= self._cores
+        return self._cores_ok
+
+    def _ready(self) -> bool:
+        if self._early or not self._inbox.empty():
+            return True
+        for ch in self._in_list:
+            if ch.ready():
+                return True
+        if self._queued:
+            for out in self._out.values():
+                if out.pending and not out.full():
+                    return True
+        return False
+
+    def _block(self, timeout):
+        """Sleep on the wake socket until poked: announced first in every ring this rank waits on
+        (for data, and for space where it has data queued; see :mod:`.shm`)."""
+        chans = self._in_list
+        outs = [out for out in self._out.values() if out.pending] if self._queued else ()
+        self._sleeping = True
+        for ch in chans:
+            ch.set_waiting(True)
+        for out in outs:
+            out.set_waiting(True)
+        _shm.fence()
+        try:
+            if not self._ready():
+                self._rx.wait(timeout)
+        finally:
+            self._sleeping = False
+            for ch in chans:
+                ch.set_waiting(False)
+            for out in outs:
+                out.set_waiting(False)
 
     # -- liveness ------------------------------------------------------------------------------------
     def _drain(self, peer, conn):
@@ -141,30 +388,54 @@ class ZmqCommunicator(Communicator):
         if got:
             self._heard[peer] = time.monotonic()
 
-    def _check_peers(self):
+    def _find_gone(self) -> dict:
+        """Peers newly known to be gone (not yet reported): ``{peer: reason}``. Pings the silent."""
         now = time.monotonic()
-        gone = []
+        gone = {}
+        if now < self._next_check:
+            return gone
+        self._next_check = now + CHECK_EVERY
         with self._lock:
+            if self._closed:
+                return gone
             for peer, conn in self._conns.items():
                 if peer in self._told:
+                    continue
+                why = self._local_death(peer)
+                if why:
+                    gone[peer] = why
                     continue
                 self._drain(peer, conn)
                 silent = now - self._heard[peer]
                 if silent > self.peer_timeout:
-                    gone.append(peer)
+                    gone[peer] = (f"stopped answering ({self.tasks[peer]} silent for more than "
+                                  f"{self.peer_timeout:g} s: dead, frozen or unreachable)")
                 elif silent > PING_EVERY and now - self._pinged[peer] > PING_EVERY:
                     self._pinged[peer] = now
                     conn.send(self._signer.pack("ping", self._ids[peer], {}))
-        if gone:
-            self._told.update(gone)
-            raise PeerGone(gone, f"stopped answering ({', '.join(self.tasks[p] for p in gone)} silent for "
-                                 f"more than {self.peer_timeout:g} s: dead, frozen or unreachable)")
+        return gone
 
+    def _local_death(self, peer) -> str | None:
+        """Why a same-host peer is gone for sure (its process exited, or it closed), else None."""
+        pid = self._pids.get(peer)
+        if pid and not _alive(pid):
+            return f"exited ({self.tasks[peer]}, pid {pid}, is gone)"
+        ch = self._in.get(peer)
+        if ch is not None and not ch.closed and ch.producer_closed():
+            return f"closed its communicator ({self.tasks[peer]})"
+        return None
+
+    def _gone_for_pusher(self, peer) -> bool:
+        return self._closed or peer in self._told or self._local_death(peer) is not None
+
+    # -- forming the group ---------------------------------------------------------------------------
     def _greet(self, timeout):
-        """Connect to every peer and wait until each has its ``coll`` handler (a test message of
-        type ``coll-ready`` is answered by the handler below only once it is registered)."""
+        """Connect to every peer and wait until each has its communicator in place (its ``coll-hi``
+        handler answers); set up shared memory with the peers on this host."""
         transport = self.server.transport
         deadline = time.monotonic() + timeout
+        me = {"src": self.rank, "comm": self.id, "host": self.host, "pid": os.getpid(),
+              "tx": self._rx.name if self._shm else None}
         for peer in range(self.size):
             if peer == self.rank:
                 continue
@@ -172,15 +443,32 @@ class ZmqCommunicator(Communicator):
             server_id = None
             while server_id is None:
                 conn.send(self._signer.pack("hello", "*", {}))
-                server_id = self._await_reply(conn, deadline, peer, "hello")
+                body = self._await_reply(conn, deadline, peer, "id")
+                server_id = body.get("id") if body is not None and body.get("ok") else None
             self._ids[peer] = server_id
-            while not self._await_reply(conn, deadline, peer, MSG_TYPE, probe=True):
+            while True:
+                conn.send(self._signer.pack(HELLO_TYPE, server_id, me))
+                body = self._await_reply(conn, deadline, peer, "coll_hi", retry_error=True)
+                if body is not None and body.get("ok"):
+                    break
                 time.sleep(0.02)
             self._heard[peer] = time.monotonic()
+            if body.get("host") != self.host:
+                continue
+            self._pids[peer] = body.get("pid")
+            if self._shm and body.get("seg") and body.get("rx"):
+                try:
+                    out = _shm.Outbound(body["seg"], body["rx"], self._tx)
+                except (OSError, ValueError) as e:
+                    log.warning("rank %d: no shared memory with %s (%s); using ZeroMQ", self.rank,
+                                self.tasks[peer], e)
+                    continue
+                self._out[peer] = out
+                self.channels[peer] = "shm"
 
-    def _await_reply(self, conn, deadline, peer, kind, probe=False):
-        if probe:
-            conn.send(self._signer.pack(MSG_TYPE, self._ids[peer], {"src": self.rank, "probe": True}))
+    def _await_reply(self, conn, deadline, peer, key, retry_error=False):
+        """The body of the next reply that has ``key`` (or an error, when ``retry_error``), None
+        after half a second without one (the caller asks again)."""
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -188,17 +476,30 @@ class ZmqCommunicator(Communicator):
                                    f"ready for collectives within the connect timeout")
             frames = conn.recv(min(left, 0.5))
             if frames is None:
-                if not probe:
-                    return None      # resend the hello
-                continue
+                return None
             try:
-                m = self._verifier.unpack(frames)
+                body = self._verifier.unpack(frames).body
             except Exception:   # noqa: BLE001 - a reply we cannot read: ask again
                 return None
-            body = m.body
-            if kind == "hello":
-                return body.get("id") if body.get("ok") else None
-            return bool(body.get("ok"))
+            if key in body or (retry_error and not body.get("ok")):
+                return body
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] not in (b"Z", b"X")
+
+
+def _reason(gone: dict) -> str:
+    reasons = sorted(set(gone.values()))
+    return reasons[0] if len(reasons) == 1 else "gone (" + "; ".join(reasons) + ")"
 
 
 _cache: dict = {}
@@ -208,14 +509,19 @@ _cache_lock = threading.Lock()
 def for_server(server) -> ZmqCommunicator:
     """The communicator among the tasks of ``server``'s job, made on first use and again whenever
     the cluster's layout (its ClusterSpec) changes, as after a restart."""
-    layout = (id(server), repr(server.spec.as_dict()) if server.spec is not None else None)
+    spec = server.spec
+    comm = _cache.get(id(server))
+    if comm is not None and comm._spec is spec and not comm._closed:
+        return comm            # the same ClusterSpec object: the same layout (checked below once)
+    layout = (id(server), repr(spec.as_dict()) if spec is not None else None)
     with _cache_lock:
         comm = _cache.get(id(server))
         if comm is not None and comm._layout == layout and not comm._closed:
+            comm._spec = spec
             return comm
         if comm is not None:
             comm.close()
         comm = ZmqCommunicator(server)
-        comm._layout = layout
+        comm._layout, comm._spec = layout, spec
         _cache[id(server)] = comm
         return comm

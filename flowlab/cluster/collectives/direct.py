@@ -1,0 +1,238 @@
+"""Shared-memory collectives for ranks on one host: every rank reads its peers' buffers directly.
+
+The cluster transport's ``algorithm="native"`` when every rank of the group shares memory with
+every other (:class:`~.zmq.ZmqCommunicator` with all channels ``"shm"``). Each rank keeps a
+*window*: a shared segment of its own, mapped by all its peers, with two halves used by turns
+(call g writes half ``g % 2``). An allreduce of B bytes over N ranks:
+
+0. every rank copies its input into its window's half, but for its own slice r
+   (``bounds[r]:bounds[r + 1]``, about B/N), and tells every peer ("step 0", carrying the
+   window's name: a peer maps a window it has not seen yet);
+1. rank r reduces slice r, from its own input and straight from the peers' windows, in rank
+   order, into slice r of its window (no peer reads it before the next step), and tells every
+   peer ("step 1"); only rank r computes slice r, so every rank gets the same bits;
+2. every rank copies the reduced slices out of the windows.
+
+Each rank copies about (2N - 1)B/N bytes and reads B to reduce, with two rounds of small
+messages (the ring moves as many bytes but in 2(N - 1) rounds, each through a ring buffer).
+An allreduce of at most :data:`ONE_SHOT_BYTES` takes one round instead: every rank sends its
+tensor to every peer and reduces all N in rank order (latency counts there, not bandwidth).
+Taking turns between the halves is what makes reuse safe without a third round: every native
+call counts (one-shot and barrier too), and a rank writes half h again only in native call g + 2,
+after it heard from every peer in call g + 1, which each peer does only once it has finished
+call g (a step-0 message, a one-shot tensor, or its share of the barrier). Ranks check that their
+counts agree at step 0, so calls that differed earlier give an error, never the wrong half. reduce_scatter stops after step 1; allgather and broadcast copy
+blocks through the windows the same way (one round); barrier is a ring barrier over the
+channels.
+
+Messages go through the call's :class:`~._exchange.Exchange`, so signatures, deadlines, lost
+peers and events work as for every algorithm. A window grows (a new segment, the old one dropped)
+when a call needs more than it has; its name is unlinked once every peer has mapped it (all
+their step-1 messages arrived), so nothing stays in ``/dev/shm`` after that.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+
+import numpy as np
+
+from ..events import now
+from . import ring
+from .shm import SHM_DIR, _unlink
+
+__all__ = ["SharedMemoryCollectives"]
+
+_ALIGN = 64
+MIN_WINDOW = 1 << 20
+ONE_SHOT_BYTES = 64 << 10     # allreduce of at most this many bytes: one round, no windows
+
+
+class _Window:
+    """A shared segment mapped read-write (our own) or read-only use (a peer's)."""
+
+    def __init__(self, name: str, size: int | None = None):
+        self.name = name
+        self.path = os.path.join(SHM_DIR, name)
+        if size is not None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.ftruncate(fd, size)
+                self.map = mmap.mmap(fd, size)
+            except BaseException:
+                _unlink(self.path)
+                raise
+            finally:
+                os.close(fd)
+        else:
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                self.map = mmap.mmap(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
+        self.size = len(self.map)
+        self.half = (self.size // 2) // _ALIGN * _ALIGN
+        self.bytes = np.frombuffer(self.map, np.uint8)
+        self.linked = size is not None
+
+    def view(self, half: int, dtype, count: int) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        start = half * self.half
+        return self.bytes[start:start + count * dtype.itemsize].view(dtype)
+
+    def unlink(self):
+        if self.linked:
+            self.linked = False
+            _unlink(self.path)
+
+    def close(self):
+        self.unlink()
+        self.bytes = None
+        try:
+            self.map.close()
+        except BufferError:      # a view is still out: the mapping goes with it
+            pass
+
+
+class SharedMemoryCollectives:
+    """The ``native`` collectives of a communicator whose ranks all share memory (see the module
+    docstring). ``comm`` needs ``rank``, ``size`` and a ``tasks`` list for messages."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self._mine: _Window | None = None
+        self._peers: dict = {}          # rank -> _Window
+        self._calls = 0
+
+    # -- the windows -------------------------------------------------------------------------------
+    def _own(self, nbytes: int) -> _Window:
+        need = -(-nbytes // _ALIGN) * _ALIGN * 2
+        if self._mine is None or self._mine.half * 2 < need:
+            if self._mine is not None:
+                self._mine.close()
+            size = max(MIN_WINDOW, 1 << (need - 1).bit_length())
+            self._mine = _Window(f"flowlab-{os.getpid()}-w{secrets.token_hex(6)}", size)
+        return self._mine
+
+    def _peer(self, rank: int, name: str) -> _Window:
+        win = self._peers.get(rank)
+        if win is None or win.name != name:
+            if win is not None:
+                win.close()
+            win = self._peers[rank] = _Window(name)
+        return win
+
+    def _next_call(self) -> int:
+        """Count this native call; its window half is the count's parity (every native call
+        counts, so ranks agree, and each hears from every peer: see the module docstring)."""
+        self._calls += 1
+        return self._calls % 2
+
+    def _announce(self, ex, win: _Window, step: int) -> dict:
+        """Tell every peer this rank's window is ready (step ``step``), with this rank's count of
+        native calls; map theirs. Counts that differ (ranks that made different calls before)
+        are a mismatch: both sides take the larger count, so the next call agrees again."""
+        name = np.frombuffer(win.name.encode(), np.uint8)
+        count = np.array([self._calls], np.int64)
+        for peer in range(ex.size):
+            if peer != ex.rank:
+                ex.send(peer, [name, count], step)
+        wins = {ex.rank: win}
+        for peer in range(ex.size):
+            if peer != ex.rank:
+                their_name, their_count = ex.recv(peer, step)
+                theirs = int(their_count[0])
+                if theirs != self._calls:
+                    mine, self._calls = self._calls, max(self._calls, theirs)
+                    ex._mismatch(peer, ex.sig, f"rank {ex.rank} is at its native call #{mine}, rank {peer} "
+                                               f"at #{theirs} (an earlier native call differed)")
+                wins[peer] = self._peer(peer, their_name.tobytes().decode())
+        return wins
+
+    def _round(self, ex, step: int) -> None:
+        for peer in range(ex.size):
+            if peer != ex.rank:
+                ex.send(peer, [], step)
+        for peer in range(ex.size):
+            if peer != ex.rank:
+                ex.recv(peer, step)
+
+    def close(self) -> None:
+        for win in self._peers.values():
+            win.close()
+        self._peers.clear()
+        if self._mine is not None:
+            self._mine.close()
+            self._mine = None
+
+    # -- the collectives -----------------------------------------------------------------------------
+    def allreduce(self, ex, buf, bounds, ufunc, src=None, scatter_only=False):
+        src = buf if src is None else src
+        n, r = ex.size, ex.rank
+        half = self._next_call()
+        if buf.nbytes <= ONE_SHOT_BYTES and not scatter_only:
+            return self._one_shot(ex, buf, ufunc, src)
+        win = self._own(buf.nbytes)
+        mine = win.view(half, buf.dtype, buf.size)
+        for p in range(n):           # the peers' slices of this rank's input (they reduce those)
+            if p != r:
+                mine[bounds[p]:bounds[p + 1]] = src[bounds[p]:bounds[p + 1]]
+        wins = self._announce(ex, win, 0)
+        views = [wins[p].view(half, buf.dtype, buf.size) for p in range(n)]
+        lo, hi = bounds[r], bounds[r + 1]
+        t0 = now()
+        terms = [src[lo:hi] if p == r else views[p][lo:hi] for p in range(n)]
+        acc = mine[lo:hi]            # no peer reads this range until step 1 says it is reduced
+        ufunc(terms[0], terms[1], out=acc)
+        for p in range(2, n):
+            ufunc(acc, terms[p], out=acc)
+        ex.reduced(t0, acc.nbytes * (n - 1), r, 1, r)
+        self._round(ex, 1)
+        win.unlink()          # every peer has mapped it by now
+        for p in ((r,) if scatter_only else range(n)):
+            buf[bounds[p]:bounds[p + 1]] = views[p][bounds[p]:bounds[p + 1]]
+
+    def _one_shot(self, ex, buf, ufunc, src):
+        """A small tensor: send it to every peer, then every rank reduces all N in rank order."""
+        n, r = ex.size, ex.rank
+        for peer in range(n):
+            if peer != r:
+                ex.send(peer, [src], 0)
+        got = [src if p == r else ex.recv(p, 0)[0] for p in range(n)]
+        t0 = now()
+        ufunc(got[0], got[1], out=buf)
+        for p in range(2, n):
+            ufunc(buf, got[p], out=buf)
+        ex.reduced(t0, buf.nbytes * (n - 1), (r + 1) % n, 0)
+
+    def reduce_scatter(self, ex, buf, bounds, ufunc, src=None):
+        self.allreduce(ex, buf, bounds, ufunc, src, scatter_only=True)
+
+    def allgather(self, ex, buf, bounds):
+        n, r = ex.size, ex.rank
+        half = self._next_call()
+        win = self._own(buf.nbytes)
+        mine = win.view(half, buf.dtype, buf.size)
+        mine[bounds[r]:bounds[r + 1]] = buf[bounds[r]:bounds[r + 1]]
+        wins = self._announce(ex, win, 0)
+        for p in range(n):
+            if p != r:
+                buf[bounds[p]:bounds[p + 1]] = wins[p].view(half, buf.dtype, buf.size)[bounds[p]:bounds[p + 1]]
+        self._round(ex, 1)    # nobody rewrites a window another rank may still be copying from
+        win.unlink()
+
+    def broadcast(self, ex, buf, root):
+        half = self._next_call()
+        win = self._own(buf.nbytes)
+        if ex.rank == root:
+            win.view(half, buf.dtype, buf.size)[...] = buf
+        wins = self._announce(ex, win, 0)
+        if ex.rank != root:
+            buf[...] = wins[root].view(half, buf.dtype, buf.size)
+        self._round(ex, 1)
+        win.unlink()
+
+    def barrier(self, ex):
+        self._next_call()
+        ring.allreduce(ex, np.zeros(0, np.int8), [0] * (ex.size + 1), np.add)
