@@ -69,6 +69,15 @@ def _is_tensor_like(x):
     return (isinstance(x, (Tensor, np.ndarray)) and not isinstance(x, Variable)) or isinstance(x, np.generic)
 
 
+def _components(x):
+    """The parts of a composite argument whose class defines ``_flowlab_components_(self)`` (and
+    the classmethod ``_flowlab_from_components_(parts)`` to rebuild one): a function takes its parts
+    apart like a tuple's, without the class having to be a tuple (a strategy's PerReplica: one
+    value per replica, which must not unpack like a pair). None for anything else."""
+    get = getattr(type(x), "_flowlab_components_", None)
+    return None if get is None else get(x)
+
+
 def _flatten(x, out):
     if isinstance(x, (list, tuple)):
         for item in x:
@@ -76,6 +85,9 @@ def _flatten(x, out):
     elif isinstance(x, dict):
         for k in sorted(x):
             _flatten(x[k], out)
+    elif (parts := _components(x)) is not None:
+        for item in parts:
+            _flatten(item, out)
     else:
         out.append(x)
     return out
@@ -90,6 +102,9 @@ def _rebuild(template, leaves):
             return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
         if isinstance(x, dict):
             return {k: build(x[k]) for k in sorted(x)}
+        parts = _components(x)
+        if parts is not None:
+            return type(x)._flowlab_from_components_([build(v) for v in parts])
         return next(it)
 
     return build(template)
@@ -115,6 +130,9 @@ def _structure_key(x):
         return (type(x).__name__, tuple(_structure_key(v) for v in x))
     if isinstance(x, dict):
         return ("dict", tuple((k, _structure_key(x[k])) for k in sorted(x)))
+    parts = _components(x)
+    if parts is not None:
+        return (type(x).__name__, tuple(_structure_key(v) for v in parts))
     return _key_of(x)
 
 

@@ -15,7 +15,10 @@ and a :class:`ClusterCoordinator` in this process schedules steps on the workers
   :class:`RemoteValue` at once. On the worker, the step first reads (pulls) the variables it uses
   from their ps tasks, then runs ``fn``; ``optimizer.apply_gradients`` inside it pushes the
   gradients to the ps tasks, which apply them with their own copy of the optimizer, one push at a
-  time. Nothing waits for other workers: that is the asynchrony.
+  time. Nothing waits for other workers: that is the asynchrony. A worker sends the pickled
+  optimizer with its first push to each ps task only; later pushes carry just the gradients.
+- Steps cannot be traced whole (``strategy.run`` inside ``@fl.function`` raises a
+  NotImplementedError that says what to do instead): the pushes happen eagerly, as a step runs.
 - Staleness is observable: a push records, for each variable, how many updates other workers made
   between this step's read and its push (``strategy.staleness()``): 0 with one worker, often more
   with several.
@@ -41,6 +44,9 @@ class _PSState:
         self.versions: dict = {}    # key -> updates applied
         self.optimizers: dict = {}  # the coordinator's optimizer id -> this task's copy
         self.staleness: list = []   # one entry per (push, variable)
+        self.pushes = 0             # pushes applied
+        self.with_optimizer = 0     # pushes that carried a pickled optimizer
+        self.optimizer_loads = 0    # optimizers unpickled (once per optimizer, unless forgotten)
 
 
 def _ps_install():
@@ -50,7 +56,9 @@ def _ps_install():
     srv.register("ps_create", lambda s, m: _ps_create(st, m), inline=True)
     srv.register("ps_read", lambda s, m: _ps_read(st, m), inline=True)
     srv.register("ps_push", lambda s, m: _ps_push(st, m), inline=True)
-    srv.register("ps_stats", lambda s, m: {"staleness": st.staleness, "versions": st.versions}, inline=True)
+    srv.register("ps_stats", lambda s, m: {"staleness": st.staleness, "versions": st.versions, "pushes": st.pushes,
+                                           "with_optimizer": st.with_optimizer,
+                                           "optimizer_loads": st.optimizer_loads}, inline=True)
     return srv.name
 
 
@@ -68,13 +76,22 @@ def _ps_read(st, msg):
 
 
 def _ps_push(st, msg):
+    """Apply one worker's gradients. The optimizer comes pickled with a worker's first push to this
+    task (``with_opt``) and is kept by its key; a push without it for an optimizer this task does
+    not hold applies nothing and asks for it (``need_optimizer``), and the worker sends it again."""
     from ..cluster.protocol import loads
     body = msg.body
+    carried = body.get("with_opt", True)
     opt = st.optimizers.get(body["opt"])
     if opt is None:
+        if not carried:
+            return {"need_optimizer": True}
         opt = st.optimizers[body["opt"]] = loads(msg.buffers[0])
+        st.optimizer_loads += 1
+    st.pushes += 1
+    st.with_optimizer += bool(carried)
     keys = body["keys"]
-    grads = msg.buffers[1:]
+    grads = msg.buffers[1:] if carried else msg.buffers
     for k, read in zip(keys, body["read"]):
         st.staleness.append(st.versions[k] - read)
     opt.apply_gradients([(np.array(g), st.vars[k]) for g, k in zip(grads, keys)])
@@ -85,11 +102,21 @@ def _ps_push(st, msg):
         step._value = np.array(opt.iterations._value, dtype=step._value.dtype).reshape(step._value.shape)
 
 
+# -- on a worker: the (ps task, optimizer key) pairs whose ps task has been sent the optimizer ---------
+_SENT: set = set()
+
+
 # -- the strategy -----------------------------------------------------------------------------------
 class ParameterServerStrategy(Strategy):
     """Asynchronous training with variables on the ``ps`` tasks of ``cluster`` (a LocalCluster
     with ``ps >= 1``); see the module docstring. On a worker, inside a scheduled step, it is the
     strategy of that one replica."""
+
+    _no_traced_run = (
+        "ParameterServerStrategy pushes each step's gradients to the ps tasks as it runs, eagerly, so its "
+        "steps cannot be traced whole. Schedule a plain Python step function with ClusterCoordinator.schedule, "
+        "put @fl.function on the forward pass and gradient inside it (return the gradients), and call "
+        "optimizer.apply_gradients outside the traced function")
 
     def __init__(self, cluster_resolver, variable_partitioner=None):
         super().__init__(["/cpu:0"])
@@ -177,15 +204,25 @@ class ParameterServerStrategy(Strategy):
         for g, v in pairs:
             task, key = local[id(v)]
             by_task.setdefault(task, []).append((np.array(convert_to_tensor(g)._value, order="C"), v, key))
-        code = dumps(optimizer)
         # the optimizer's name on the ps tasks: its step counter's place when it was made in scope()
         # (the same on every worker and step), else its settings
         held = local.get(id(optimizer.iterations))
         opt_key = held[1] if held else f"{type(optimizer).__name__}{sorted(optimizer.get_config().items())}"
-        pending = [peers.submit(task, "ps_push", {"opt": opt_key, "keys": [k for _, _, k in items],
-                                                  "read": [self._read.get(id(v), 0) for _, v, _ in items]},
-                                [code, *[g for g, _, _ in items]]) for task, items in by_task.items()]
-        peers.results(pending, self._timeout)
+        code = []        # the pickled optimizer, made only if some ps task needs it
+
+        def push(task, items, with_opt):
+            if with_opt and not code:
+                code.append(dumps(optimizer))
+            body = {"opt": opt_key, "keys": [k for _, _, k in items], "with_opt": with_opt,
+                    "read": [self._read.get(id(v), 0) for _, v, _ in items]}
+            return peers.submit(task, "ps_push", body, [*code[:with_opt], *[g for g, _, _ in items]])
+
+        tasks = list(by_task)
+        replies = peers.results([push(t, by_task[t], (t, opt_key) not in _SENT) for t in tasks], self._timeout)
+        again = [t for t, r in zip(tasks, replies) if isinstance(r.body, dict) and r.body.get("need_optimizer")]
+        if again:        # a ps task that does not hold this optimizer (any more): send it with the gradients
+            peers.results([push(t, by_task[t], True) for t in again], self._timeout)
+        _SENT.update((t, opt_key) for t in tasks)
         return optimizer.iterations
 
     # -- on the coordinator ------------------------------------------------------------------------

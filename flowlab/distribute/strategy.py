@@ -12,6 +12,12 @@ on with the same variables. Variables are therefore shared by the local replicas
 one copy in host memory) and kept equal across workers: a variable created in ``scope()`` takes
 worker 0's initial value as it is created (a broadcast), so the workers start from the same weights.
 
+Inside ``@fl.function``, ``run`` and ``reduce`` trace instead of running: each replica's ops join
+the graph on its device, and the gradient all-reduce becomes graph nodes (see :mod:`._traced`), so
+the whole custom step (``strategy.run`` of a function that computes gradients and calls
+``apply_gradients``, then ``strategy.reduce``) runs as one graph per step. PerReplica values (the
+distributed dataset's batches) are ordinary arguments of the traced function.
+
 The sum (not mean) is deliberate, as in TensorFlow: scale each replica's loss by the *global*
 batch size (:func:`compute_average_loss`), and N replicas compute exactly the gradient one replica
 would on the whole batch.
@@ -26,6 +32,7 @@ import numpy as np
 
 from ..core.tensor import variable_creator_scope
 from ..nn.optimizers import set_replica_hook
+from ._traced import TraceStep, reduce_traced, run_traced
 from .reduce_op import ReduceOp
 from .values import PerReplica, map_structure
 
@@ -48,6 +55,8 @@ class ReplicaContext:
     def all_reduce(self, reduce_op, value):
         """``value`` (a tensor or a structure of them) summed or averaged over every replica."""
         op = ReduceOp.of(reduce_op)
+        if isinstance(self._step, TraceStep):
+            self._step.all_reduce_sum(self.local_id, [])    # raises: not while the replicas are traced
         from ..core.tensor import convert_to_tensor
         leaves = []
         map_structure(lambda v: leaves.append(np.asarray(convert_to_tensor(v)._value)), value)
@@ -112,6 +121,7 @@ class Strategy:
     communicator."""
 
     _central = False      # CentralStorageStrategy: variables on the CPU, one copy
+    _no_traced_run = None  # why strategy.run cannot be traced with this strategy (None: it can)
 
     def __init__(self, devices, comm=None, algorithm: str = "ring", timeout: float | None = None):
         if not devices:
@@ -182,9 +192,8 @@ class Strategy:
         """``fn(*args, **kwargs)`` once per local replica; a PerReplica of the results (the plain
         result with one local replica). PerReplica arguments give each replica its component."""
         from ..core._context import state
-        if state().graph is not None:
-            raise NotImplementedError("strategy.run inside @fl.function tracing is not supported: call "
-                                      "strategy.run eagerly and put @fl.function on the model code inside fn")
+        if state().graph is not None:     # inside @fl.function: the replicas become parts of the graph
+            return run_traced(self, fn, args, kwargs or {})
         kwargs = kwargs or {}
         n = self._num_local
         if n == 1:
@@ -248,6 +257,9 @@ class Strategy:
         """Combine a PerReplica value (or one value per process) over every replica. With ``axis``
         the values are also reduced along that axis (MEAN then averages over all the examples)."""
         op = ReduceOp.of(reduce_op)
+        from ..core._context import state
+        if state().graph is not None:
+            return reduce_traced(self, op, value, axis)
         from ..core.tensor import convert_to_tensor
         parts = [np.asarray(convert_to_tensor(v)._value) for v in self.experimental_local_results(value)]
         if axis is None:
@@ -398,13 +410,20 @@ def _replica_apply(optimizer, grads_and_vars, apply):
     if ctx is None or getattr(_tls, "applying", False):
         return apply(optimizer, grads_and_vars)
     from ..core._context import state
-    if state().graph is not None:
+    traced = isinstance(ctx._step, TraceStep)
+    if state().graph is not None and not traced:
+        if ctx.strategy._no_traced_run:
+            raise NotImplementedError(
+                f"{optimizer.name}.apply_gradients inside @fl.function: {ctx.strategy._no_traced_run}")
         raise NotImplementedError(
-            f"{optimizer.name}.apply_gradients inside @fl.function under strategy.run: the gradient all-reduce "
-            f"runs eagerly. Put @fl.function on the forward pass and gradient (return the gradients) and "
-            f"call apply_gradients outside it, in the replica function")
+            f"{optimizer.name}.apply_gradients inside an @fl.function called from an eager strategy.run: the "
+            f"gradient all-reduce would run while tracing. Put @fl.function around the whole step instead "
+            f"(it may call strategy.run and strategy.reduce), or return the gradients from the traced "
+            f"function and call apply_gradients outside it, in the replica function")
     _tls.applying = True
     try:
+        if traced:
+            return ctx._step.apply(ctx, optimizer, apply, grads_and_vars)
         return ctx.strategy._apply_in_replica(ctx, optimizer, apply, grads_and_vars)
     finally:
         _tls.applying = False

@@ -6,7 +6,13 @@ __all__ = ["PerReplica", "map_structure", "flatten"]
 
 class PerReplica:
     """One value per replica of this process (``values[i]`` for local replica ``i``), as what
-    ``strategy.run`` returns and what a distributed dataset yields."""
+    ``strategy.run`` returns and what a distributed dataset yields.
+
+    ``@fl.function`` takes it apart into its components (``_flowlab_components_``): each
+    component's tensors become arguments of their own, and a trace is keyed by every replica's
+    shapes and dtypes (a distributed batch passed to a traced function is fed, not baked in). It is
+    deliberately not a tuple: ``x, y = batch`` on a distributed batch would silently give replica 0
+    and replica 1. Inside ``strategy.run`` each replica sees its own component."""
 
     __slots__ = ("values",)
 
@@ -15,6 +21,16 @@ class PerReplica:
 
     def __len__(self):
         return len(self.values)
+
+    def _flowlab_components_(self) -> tuple:
+        return self.values
+
+    @classmethod
+    def _flowlab_from_components_(cls, parts) -> "PerReplica":
+        return cls(parts)
+
+    def __reduce__(self):
+        return (PerReplica, (self.values,))
 
     def __repr__(self):
         inner = ",\n".join(f"  {i}: {v!r}" for i, v in enumerate(self.values))

@@ -8,10 +8,11 @@ from pathlib import Path
 import flowlab
 
 PKG = Path(flowlab.__file__).parent
-CORE_LINE_BUDGET = 4950   # non-blank, non-comment lines in flowlab/core (eager, autodiff, graphs, passes,
+CORE_LINE_BUDGET = 5000   # non-blank, non-comment lines in flowlab/core (eager, autodiff, graphs, passes,
 #                           devices, numerics): the engine must still fit in a head; raise it only on purpose
 #                           (4500 -> 4950: compiled fusion, about 450 lines: passes/_cfusion.py, with its
-#                           C source of ~90 lines, passes/_ccompile.py and the switch in config.py)
+#                           C source of ~90 lines, passes/_ccompile.py and the switch in config.py;
+#                           4950 -> 5000: control dependencies, the public naming API, composite arguments)
 LAYERS = ["core", "cluster", "data", "nn", "compat", "grading", "distribute", "widgets"]
 BELOW = {  # what each package may import from flowlab (besides itself)
     "core": set(),
