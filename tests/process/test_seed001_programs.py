@@ -15,6 +15,7 @@ import pytest
 import flowlab as fl
 import flowlab.compat.v1 as tf
 from flowlab.cluster.protocol import new_key
+from flowlab.cluster.unix import remove_if_dead
 
 pytestmark = pytest.mark.process
 
@@ -116,6 +117,8 @@ def seed_servers(tmp_path):
                 p.kill()
             p.wait(10)
             p.stdout.close()
+        for port in ports:              # a SIGKILLed server cannot remove its local-lane socket
+            remove_if_dead(f"127.0.0.1:{port}")
 
 
 def run_client(source, ports, env, tmp_path, timeout=90):

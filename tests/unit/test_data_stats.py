@@ -93,7 +93,7 @@ def test_runs_are_kept_apart_in_a_shared_log():
     second = ds.stats()
     assert first is not second and first.id != second.id
     assert len(first.events("produce")) == len(second.events("produce")) == 40
-    assert {e.attrs["pipeline"] for e in default_log().events()} >= {first.id, second.id}
+    assert {e.attrs.get("pipeline") for e in default_log().events()} >= {first.id, second.id}   # other tests log there too
 
 
 def test_stats_can_be_switched_off():
