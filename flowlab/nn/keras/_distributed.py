@@ -1,6 +1,7 @@
 """``fit``/``evaluate`` under a distribution strategy (the one whose scope ``compile`` ran in).
 
-Each step is eager around ``strategy.run`` (it cannot be traced): the global batch is split over
+Each step is eager around ``strategy.run`` (a custom loop can trace ``strategy.run`` whole, see
+flowlab/distribute/_traced.py; fit does not yet): the global batch is split over
 the replicas (``strategy.experimental_distribute_dataset``), and each replica runs the forward
 pass, the loss and the gradients as one traced ``@fl.function`` (``run_eagerly=False``), then
 ``optimizer.apply_gradients`` eagerly, where the strategy's replica hook sums the gradients over
