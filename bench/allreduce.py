@@ -69,6 +69,21 @@ WORKER_TIMEOUT_S = 600
 DEADLINE_S = 600.0   # flowlab's per-call deadline here: a slow machine must not fail the bench
 
 
+def with_sizes(mode: dict, sizes: str) -> dict:
+    """``mode`` limited to ``sizes`` ("4KiB,1MiB"), with the full mode's iteration counts."""
+    names = {k.replace(" ", "").lower(): k for k in SIZES}
+    try:
+        chosen = [names[k.strip().replace(" ", "").lower()] for k in sizes.split(",") if k.strip()]
+    except KeyError as e:
+        raise ValueError(f"--sizes: unknown size {e.args[0]!r}; use some of {', '.join(names.values())}") from None
+    return dict(mode, sizes=chosen, iters={**MODES["full"]["iters"], **mode["iters"]})
+
+
+def worker_mode(args) -> dict:
+    mode = MODES[args.mode]
+    return with_sizes(mode, args.mode_sizes) if args.mode_sizes else mode
+
+
 class CheckFailed(Exception):
     pass
 
@@ -160,7 +175,7 @@ def mpi_worker(args):
     world = MPI.COMM_WORLD
     comm = C.MPICommunicator(world)
     n, r = world.Get_size(), world.Get_rank()
-    mode = MODES[args.mode]
+    mode = worker_mode(args)
     res = {}
     for label in mode["sizes"]:
         nbytes = SIZES[label]
@@ -217,7 +232,7 @@ def torch_worker(args):
     torch.set_num_threads(1)
     n, r = args.world, args.rank
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=r, world_size=n)
-    mode = MODES[args.mode]
+    mode = worker_mode(args)
     summary = {}
     for label in mode["sizes"]:
         nbytes = SIZES[label]
@@ -383,6 +398,8 @@ def main(argv=None):
     p.add_argument("--no-zmq", action="store_true", help="skip the LocalCluster rows (shared memory and TCP)")
     p.add_argument("--no-tcp", action="store_true", help="skip the LocalCluster rows with shared memory off")
     p.add_argument("--ranks", help="only these group sizes, e.g. 2 or 2,4 (default: the mode's)")
+    p.add_argument("--sizes", help="only these sizes, e.g. '4KiB,1MiB' (default: the mode's; "
+                                   f"from {', '.join(s.replace(' ', '') for s in SIZES)})")
     p.add_argument("--json", help="also write the figures (seconds) to this file")
     p.add_argument("--worker", choices=["mpi", "torch"], help=argparse.SUPPRESS)
     p.add_argument("--mode", default="full", help=argparse.SUPPRESS)
@@ -390,6 +407,10 @@ def main(argv=None):
     p.add_argument("--world", type=int, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.worker:
+        name, _, sizes = args.mode.partition("|")
+        args.mode = name
+        args.mode_sizes = sizes or None
     if args.worker == "mpi":
         return mpi_worker(args)
     if args.worker == "torch":
@@ -399,6 +420,12 @@ def main(argv=None):
     mode = MODES[mode_name]
     if args.ranks:
         mode = dict(mode, ranks=[int(k) for k in args.ranks.split(",")])
+    if args.sizes:
+        try:
+            mode = with_sizes(mode, args.sizes)
+        except ValueError as e:
+            p.error(str(e))
+        mode_name += "|" + args.sizes      # the mpi and torch workers run the same sizes
     print("flowlab allreduce benchmark: float32 sum; time = median over iterations of the slowest rank")
     print("\n".join(header()))
     mpi_why = "--no-mpi" if args.no_mpi else mpi_skip_reason()

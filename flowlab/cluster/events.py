@@ -71,7 +71,9 @@ class _Span:
 
 class EventLog:
     """A thread-safe bounded log of :class:`Event` s. ``record`` is cheap (one tuple, one deque
-    append), so hot paths may call it per element; ``enabled = False`` turns recording off."""
+    append), so hot paths may call it per element; ``record_fields`` is cheaper still (the
+    :class:`Event` is built only when someone reads the log); ``enabled = False`` turns recording
+    off."""
 
     def __init__(self, maxlen: int = 65536, task: str = "local", rank: int | None = None):
         self._events: collections.deque = collections.deque(maxlen=maxlen)
@@ -94,6 +96,18 @@ class EventLog:
             self._events.append(ev)
         return ev
 
+    def record_fields(self, kind: str, name: str, start: float, end: float, bytes: int, rank,
+                      keys: tuple, values: tuple) -> None:
+        """Record an event whose ``attrs`` are ``dict(zip(keys, values))``, for hot paths: only a
+        plain tuple is stored, and the :class:`Event` is made when the log is read (``keys`` is
+        meant to be one constant tuple per call site)."""
+        if self.enabled:
+            raw = (kind, name, start, end, self.task, self.rank if rank is None else rank, bytes, keys, values)
+            with self._lock:
+                if len(self._events) == self.maxlen:
+                    self.dropped += 1
+                self._events.append(raw)
+
     def span(self, kind: str, name: str, **fields: Any) -> _Span:
         """``with log.span("op", "matmul"):`` records one event covering the block."""
         return _Span(self, kind, name, fields)
@@ -112,6 +126,7 @@ class EventLog:
         after ``since``."""
         with self._lock:
             evs = list(self._events)
+        evs = [e if type(e) is Event else _build(e) for e in evs]
         return [e for e in evs if (kind is None or e.kind == kind) and (name is None or e.name == name)
                 and (since is None or e.end >= since)]
 
@@ -128,6 +143,11 @@ class EventLog:
 
     def __repr__(self) -> str:
         return f"<EventLog task={self.task!r} events={len(self)} dropped={self.dropped}>"
+
+
+def _build(raw: tuple) -> Event:
+    kind, name, start, end, task, rank, nbytes, keys, values = raw
+    return Event(kind, name, start, end, task, rank, nbytes, dict(zip(keys, values)) or None)
 
 
 _default = EventLog()

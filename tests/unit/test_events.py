@@ -45,3 +45,20 @@ def test_disabled_log_records_nothing_and_threads_lose_nothing():
     for t in threads:
         t.join()
     assert len(log) == 4000
+
+
+def test_record_fields_reads_back_as_the_same_events_as_record():
+    log = EventLog(maxlen=4, task="/job:worker/task:0", rank=0)
+    log.record("send", "allreduce", 1.0, 2.0, bytes=16, peer=1, step=0)
+    log.record_fields("send", "allreduce", 1.0, 2.0, 16, None, ("peer", "step"), (1, 0))
+    log.record_fields("recv", "allreduce", 2.0, 3.0, 16, 5, ("peer", "step"), (1, 0))
+    log.record_fields("collective", "barrier", 3.0, 4.0, 0, None, (), ())
+    a, b, c, d = log.events()
+    assert type(b) is Event and a == b
+    assert (c.kind, c.rank, c.task, c.attrs) == ("recv", 5, "/job:worker/task:0", {"peer": 1, "step": 0})
+    assert d.attrs is None and [e.name for e in log.events(kind="collective")] == ["barrier"]
+    log.record_fields("op", "more", 4.0, 5.0, 0, None, (), ())      # a full ring still counts drops
+    assert log.dropped == 1 and [e.kind for e in log.events()] == ["send", "recv", "collective", "op"]
+    log.enabled = False
+    log.record_fields("op", "off", 5.0, 6.0, 0, None, (), ())
+    assert len(log) == 4

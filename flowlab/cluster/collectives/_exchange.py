@@ -6,7 +6,11 @@ module does the rest:
 
 - Every message carries the call's signature (op, sequence number, algorithm, reduction, shape,
   dtype, root) plus its step, chunk and part. A received signature that differs from this rank's
-  own is a mismatch: the error shows both calls.
+  own is a mismatch: the error shows both calls. The signature travels as one compact string,
+  made once per distinct call (not per message) and compared as a whole; it is parsed back into
+  fields only for an error.
+- Events (send, recv, reduce, one per call) are recorded with ``EventLog.record_fields``: a
+  plain tuple per event, turned into an :class:`~flowlab.cluster.events.Event` when the log is read.
 - ``recv`` takes messages from any peer and keeps those from other peers (or for later calls) in
   a per-peer stash, so each algorithm reads its peers in the order it wants.
 - The call has a deadline. When it passes, this rank tells every peer ("abort") and listens a
@@ -22,6 +26,7 @@ module does the rest:
 from __future__ import annotations
 
 import collections
+import json
 import math
 import threading
 
@@ -79,27 +84,72 @@ def comm_state(comm) -> _CommState:
     return st
 
 
-class Exchange:
-    """One collective call on one rank (a context manager: entering starts the call)."""
+_SIGS: dict = {}          # (op, alg, reduce, shape, dtype, root, seg) -> (text, dict without seq)
+_SIGS_MAX = 4096
+_EVENT_KEYS = ("peer", "step", "chunk", "part", "seq", "alg")
+_CALL_KEYS = ("seq", "alg", "ok")
 
-    __slots__ = ("comm", "rank", "size", "sig", "seq", "name", "alg", "timeout", "deadline", "log",
-                 "st", "segment_bytes", "nbytes", "start")
+
+def _signature(op, alg, reduce, shape, dtype, root, seg):
+    """(text, fields) of a call's signature, made once per distinct call: ``text`` (compact JSON,
+    no sequence number) travels in every message and is compared as one string; ``fields`` is the
+    dict that errors show."""
+    key = (op, alg, reduce, shape, dtype, root, seg)
+    got = _SIGS.get(key)
+    if got is None:
+        fields = {"op": op, "alg": alg, "reduce": reduce,
+                  "shape": None if shape is None else [int(d) for d in shape],
+                  "dtype": None if dtype is None else str(dtype), "root": root, "seg": seg}
+        got = (json.dumps(fields, separators=(",", ":")), fields)
+        if len(_SIGS) >= _SIGS_MAX:
+            _SIGS.clear()
+        _SIGS[key] = got
+    return got
+
+
+def _their_sig(header: dict) -> dict:
+    """The full signature (with ``seq``) a peer's message carries."""
+    try:
+        fields = json.loads(header["s"])
+    except (KeyError, TypeError, ValueError):
+        fields = {}
+    return {"op": fields.get("op"), "seq": header.get("q"), **{k: fields.get(k) for k in _SIG_FIELDS[2:]}}
+
+
+class Exchange:
+    """One collective call on one rank (a context manager: entering starts the call).
+
+    A message's header is ``{"s": signature text, "q": sequence number, "t": step, "c": chunk,
+    "p": part}``; an abort is ``{"abort": info}``. ``sig`` is the full signature as a dict (made
+    when asked for: errors and the native MPI check)."""
+
+    __slots__ = ("comm", "rank", "size", "seq", "name", "alg", "timeout", "deadline", "log",
+                 "st", "segment_bytes", "nbytes", "start", "text", "fields")
 
     def __init__(self, comm, op: str, alg: str, shape=None, dtype=None, reduce=None, root=None,
                  timeout=None, segment_bytes=None, nbytes: int = 0):
         self.comm, self.rank, self.size = comm, comm.rank, comm.size
         self.name, self.alg = op, alg
-        self.timeout = default_timeout() if timeout is None else float(timeout)
-        if not self.timeout > 0:
-            raise ValueError(f"a timeout must be positive, got {timeout!r}")
+        if timeout is None:
+            self.timeout = _DEFAULT_TIMEOUT[0]
+        else:
+            self.timeout = float(timeout)
+            if not self.timeout > 0:
+                raise ValueError(f"a timeout must be positive, got {timeout!r}")
+        self.st = comm_state(comm)
         log = getattr(comm, "events", None)
         self.log = default_log() if log is None else log   # (an empty log is falsy: no `or` here)
-        self.st = comm_state(comm)
         self.segment_bytes = segment_bytes
-        self.sig = {"op": op, "seq": 0, "alg": alg, "reduce": reduce,
-                    "shape": None if shape is None else [int(d) for d in shape],
-                    "dtype": None if dtype is None else str(dtype), "root": root, "seg": segment_bytes}
+        self.text, self.fields = _signature(op, alg, reduce, None if shape is None else tuple(shape), dtype,
+                                            root, segment_bytes)
+        self.seq = 0
         self.nbytes = nbytes
+
+    @property
+    def sig(self) -> dict:
+        """This call's signature: op, seq, alg, reduce, shape, dtype, root, seg."""
+        f = self.fields
+        return {"op": f["op"], "seq": self.seq, **{k: f[k] for k in _SIG_FIELDS[2:]}}
 
     def __enter__(self):
         st = self.st
@@ -107,15 +157,16 @@ class Exchange:
             raise RuntimeError(f"rank {self.rank}: another collective is running on this communicator "
                                f"(in another thread); calls on one communicator must not overlap")
         st.seq += 1
-        self.seq = self.sig["seq"] = st.seq
+        self.seq = seq = st.seq
         self.start = now()
         self.deadline = self.start + self.timeout
-        pending = st.aborts.pop(self.seq, None)
-        for k in [k for k in st.aborts if k < self.seq]:
-            del st.aborts[k]
         try:
-            if pending is not None:
-                self._on_abort(*pending)
+            if st.aborts:
+                pending = st.aborts.pop(seq, None)
+                for k in [k for k in st.aborts if k < seq]:
+                    del st.aborts[k]
+                if pending is not None:
+                    self._on_abort(*pending)
             if st.gone:   # every collective needs every rank: one that is gone fails them all
                 self._lost(PeerGone(st.gone, _reasons(st.gone)))
         except BaseException:
@@ -127,45 +178,50 @@ class Exchange:
         try:
             if err is not None and not isinstance(err, CollectiveError):
                 self._fail_quietly()   # e.g. a KeyboardInterrupt: let the peers stop waiting too
-            flush = getattr(self.comm, "flush", None)
-            if err is None and flush is not None:
-                flush(self.deadline)
+            if err is None:
+                flush = getattr(self.comm, "flush", None)
+                if flush is not None:
+                    flush(self.deadline)
         finally:
             self.st.busy.release()
-            self.log.record("collective", self.name, self.start, now(), bytes=self.nbytes, rank=self.rank,
-                            seq=self.seq, alg=self.alg, ok=err is None)
+            self.log.record_fields("collective", self.name, self.start, now(), self.nbytes, self.rank,
+                                   _CALL_KEYS, (self.seq, self.alg, err is None))
         return False
 
     # -- what algorithms call --------------------------------------------------------------------
     def send(self, peer: int, arrays, step: int, chunk=0, part: int = 0) -> None:
-        header = {"sig": self.sig, "step": step, "chunk": chunk, "part": part}
         t0 = now()
         try:
-            self.comm.send(peer, header, arrays)
+            self.comm.send(peer, {"s": self.text, "q": self.seq, "t": step, "c": chunk, "p": part}, arrays)
         except PeerGone as e:
             self._lost(e)
-        self.log.record("send", self.name, t0, now(), bytes=sum(a.nbytes for a in arrays), rank=self.rank,
-                        peer=peer, step=step, chunk=chunk, part=part, seq=self.seq, alg=self.alg)
+        nbytes = 0
+        for a in arrays:
+            nbytes += a.nbytes
+        self.log.record_fields("send", self.name, t0, now(), nbytes, self.rank, _EVENT_KEYS,
+                               (peer, step, chunk, part, self.seq, self.alg))
 
     def recv(self, peer: int, step: int, chunk=0, part: int = 0) -> list:
         """The next message of this call from ``peer`` (its arrays), checked against this call."""
         t0 = now()
         header, arrays = self._next_from(peer)
-        sig = header["sig"]
-        if sig is not self.sig and sig != self.sig:
-            self._mismatch(peer, sig)
-        if header["step"] != step or header["chunk"] != chunk or header["part"] != part:
-            self._mismatch(peer, sig, f"rank {self.rank} expected step {step} chunk {chunk} part {part}, "
-                                      f"rank {peer} sent step {header['step']} chunk {header['chunk']} "
-                                      f"part {header['part']}")
-        self.log.record("recv", self.name, t0, now(), bytes=sum(a.nbytes for a in arrays), rank=self.rank,
-                        peer=peer, step=step, chunk=chunk, part=part, seq=self.seq, alg=self.alg)
+        if header["s"] != self.text or header["q"] != self.seq:
+            self._mismatch(peer, _their_sig(header))
+        if header["t"] != step or header["c"] != chunk or header["p"] != part:
+            self._mismatch(peer, _their_sig(header),
+                           f"rank {self.rank} expected step {step} chunk {chunk} part {part}, rank {peer} "
+                           f"sent step {header['t']} chunk {header['c']} part {header['p']}")
+        nbytes = 0
+        for a in arrays:
+            nbytes += a.nbytes
+        self.log.record_fields("recv", self.name, t0, now(), nbytes, self.rank, _EVENT_KEYS,
+                               (peer, step, chunk, part, self.seq, self.alg))
         return arrays
 
     def reduced(self, t0: float, nbytes: int, peer: int, step: int, chunk=0, part: int = 0) -> None:
         """Record a reduction step that began at ``t0`` (``events.now()``)."""
-        self.log.record("reduce", self.name, t0, now(), bytes=nbytes, rank=self.rank, peer=peer, step=step,
-                        chunk=chunk, part=part, seq=self.seq, alg=self.alg)
+        self.log.record_fields("reduce", self.name, t0, now(), nbytes, self.rank, _EVENT_KEYS,
+                               (peer, step, chunk, part, self.seq, self.alg))
 
     # -- receiving ------------------------------------------------------------------------------
     def _next_from(self, peer):
@@ -174,17 +230,17 @@ class Exchange:
         q = st.stash.get(peer)
         while q:
             header, arrays = q.popleft()
-            if header["sig"]["seq"] >= oldest:
+            if header["q"] >= oldest:
                 return header, arrays
         comm, deadline = self.comm, self.deadline
         while True:
-            if peer in st.gone:
+            if st.gone and peer in st.gone:
                 self._lost(PeerGone(st.gone, _reasons(st.gone)))
             left = deadline - now()
             if left <= 0:
                 self._timed_out(peer)
             try:
-                src, header, arrays = comm.recv(None if math.isinf(left) else left)
+                src, header, arrays = comm.recv(None if left == math.inf else left)
             except TimeoutError:
                 self._timed_out(peer)
             except PeerGone as e:
@@ -193,11 +249,13 @@ class Exchange:
                 for p in e.peers:      # keep waiting for ``peer``: if it needs the lost one, it tells us
                     st.gone.setdefault(p, e.reason)
                 continue
-            abort = header.get("abort")
-            if abort is not None:
-                self._on_abort(src, abort, peer)
+            q = header.get("q")
+            if q is None:
+                abort = header.get("abort")
+                if abort is not None:
+                    self._on_abort(src, abort, peer)
                 continue
-            if header["sig"]["seq"] < oldest:
+            if q < oldest:
                 continue   # a leftover: nobody will read it (see the module docstring)
             if src == peer:
                 return header, arrays
@@ -261,7 +319,7 @@ class Exchange:
                 continue
             abort = header.get("abort")
             if abort is None:
-                if header["sig"]["seq"] > self.seq:   # a later call's message: keep it for then
+                if (header.get("q") or 0) > self.seq:   # a later call's message: keep it for then
                     self.st.stash.setdefault(src, collections.deque()).append((header, arrays))
                 continue
             if abort["seq"] == self.seq:

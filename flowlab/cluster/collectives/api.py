@@ -234,13 +234,19 @@ def _prepare(x, what):
         except Exception as e:  # noqa: BLE001 - ragged lists and the like
             raise TypeError(f"{what}: cannot make an array of {type(x).__name__}: {e}") from None
         wrap = _same
-    try:
-        dtype = as_dtype(arr.dtype).as_numpy_dtype
-    except TypeError as e:
-        raise TypeError(f"{what}: {e}") from None
-    if arr.dtype != dtype:      # e.g. big-endian input
+    dtype = _NATIVE.get(arr.dtype)
+    if dtype is None:
+        try:
+            dtype = as_dtype(arr.dtype).as_numpy_dtype
+        except TypeError as e:
+            raise TypeError(f"{what}: {e}") from None
+        _NATIVE[arr.dtype] = dtype
+    if arr.dtype is not dtype and arr.dtype != dtype:      # e.g. big-endian input
         arr = arr.astype(dtype)
     return arr, wrap
+
+
+_NATIVE: dict = {}      # numpy dtype -> the flowlab dtype's numpy dtype (checked once per dtype)
 
 
 def _same(a):
@@ -273,14 +279,29 @@ def _source_and_buffer(arr):
     result buffer. For a contiguous input, src is a view of it and buf is new (not filled: the
     algorithms write every element of it; large ones reuse memory, see :mod:`._buffers`);
     otherwise both are one private copy."""
-    flat = np.ascontiguousarray(arr).reshape(-1)
-    if np.may_share_memory(flat, arr):
+    if arr.flags.c_contiguous:
+        flat = arr.reshape(-1)            # a view of the input
+        if arr.nbytes < _buffers.MIN_BYTES:
+            return flat, np.empty(flat.size, flat.dtype)
         return flat, _buffers.empty(flat.size, flat.dtype)    # large ones: recycled memory
+    flat = np.ascontiguousarray(arr).reshape(-1)             # a private copy
     return flat, flat
 
 
-def _even_bounds(total: int, n: int) -> list:
+def _even_bounds(total: int, n: int) -> tuple:
     """Offsets cutting ``total`` into ``n`` parts as ``numpy.array_split`` does (first ones longer)."""
+    got = _BOUNDS.get((total, n))
+    if got is None:
+        if len(_BOUNDS) >= 4096:
+            _BOUNDS.clear()
+        got = _BOUNDS[total, n] = tuple(_split(total, n))
+    return got
+
+
+_BOUNDS: dict = {}
+
+
+def _split(total, n):
     base, extra = divmod(total, n)
     out, at = [0], 0
     for i in range(n):

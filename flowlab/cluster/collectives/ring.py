@@ -33,12 +33,17 @@ def _parts(buf, lo, hi, nparts):
 
 def _nparts(ex, buf, bounds):
     seg = ex.segment_bytes or DEFAULT_SEGMENT_BYTES
+    if buf.nbytes <= seg:
+        return 1                  # no chunk is larger than the whole buffer
     biggest = max(bounds[i + 1] - bounds[i] for i in range(len(bounds) - 1)) * buf.itemsize
     return max(1, -(-biggest // seg))
 
 
-def _chunk_views(ex, buf, bounds):
-    n = _nparts(ex, buf, bounds)
+def _chunk_views(ex, buf, bounds, n=None):
+    if n is None:
+        n = _nparts(ex, buf, bounds)
+    if n == 1:
+        return [[buf[bounds[c]:bounds[c + 1]]] for c in range(len(bounds) - 1)], 1
     return [_parts(buf, bounds[c], bounds[c + 1], n) for c in range(len(bounds) - 1)], n
 
 
@@ -50,7 +55,7 @@ def _ring(ex, buf, bounds, ufunc, reduce_steps, gather_steps, first_chunk, src=N
     n, r = ex.size, ex.rank
     succ, pred = (r + 1) % n, (r - 1) % n
     views, nparts = _chunk_views(ex, buf, bounds)
-    own = views if src is None or src is buf else _chunk_views(ex, src, bounds)[0]
+    own = views if src is None or src is buf else _chunk_views(ex, src, bounds, nparts)[0]
     send, recv = ex.send, ex.recv
     for j, v in enumerate(own[first_chunk]):
         send(succ, [v], 0, first_chunk, j)

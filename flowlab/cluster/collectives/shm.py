@@ -38,9 +38,10 @@ a full memory barrier, checks the counters once more and only then blocks (with 
 liveness is still checked); the other side, after moving its counter, issues the barrier and
 pokes the socket only when the flag is set. On x86-64 a waiter first spins on the counters for a
 millisecond at most (:data:`SPIN_S`; waking a sleeping process costs tens of microseconds, more
-in a virtual machine), unless there are more ranks on the host than usable cores, or, at that
-moment, more runnable threads than cores (:func:`runnable`): a spinner would then steal the core
-its peer needs.
+in a virtual machine), unless there are more ranks on the host than usable cores. When, at that
+moment, there are more runnable threads than cores (:func:`runnable`), a hard spin would steal
+the core its peer needs, so it looks at the counters between ``sched_yield`` calls instead
+(:func:`yield_until`): the peer, if queued, runs at once, and the waiter needs no wake-up.
 
 Memory order. x86-64 keeps stores in order and loads in order (TSO), and glibc's memcpy ends
 its non-temporal copies with ``sfence``: data written before ``head`` is visible to a reader that
@@ -73,7 +74,7 @@ import time
 import numpy as np
 
 __all__ = ["Inbound", "Outbound", "Pusher", "Waker", "host_identity", "unavailable", "fence", "poke",
-           "poke_socket", "spin_until", "CAPACITY", "SPIN_S", "STRONG_ORDER"]
+           "poke_socket", "spin_until", "yield_until", "CAPACITY", "SPIN_S", "STRONG_ORDER"]
 
 STRONG_ORDER = platform.machine().lower() in ("x86_64", "amd64")
 CAPACITY = 4 << 20          # bytes of data per ring (a power of two); 4 KiB of counters come first
@@ -87,6 +88,7 @@ _MAGIC = 0x31627A6C776F6C66          # b"flowlzb1", little-endian
 _HEAD, _TAIL, _RXW, _TXW, _PCLOSED, _CCLOSED, _MAGIC_AT, _CAP_AT = (8 * i for i in range(8))
 _PREFIX = struct.Struct("<QI")      # record length (prefix included), meta length
 _DTYPES: dict = {}
+_DSTRS: dict = {}
 _fence_lock = threading.Lock()
 
 
@@ -263,7 +265,7 @@ def _unlink(path):
 def _encode(header: dict, arrays):
     """A message as ``(record length, pieces)``: one bytes object for a small message, else the
     prefix and meta, then uint8 views of the arrays (written one after the other)."""
-    descs = [(a.dtype.str, a.shape) for a in arrays]
+    descs = [(_dtype_str(a.dtype), a.shape) for a in arrays]
     try:
         meta = marshal.dumps((header, descs), 4)
     except ValueError as e:
@@ -278,6 +280,14 @@ def _encode(header: dict, arrays):
         return rec, b"".join([first, *(a.tobytes() for a in arrays)])
     views = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays if a.nbytes]
     return rec, [np.frombuffer(first, np.uint8), *views]
+
+
+def _dtype_str(dtype) -> str:
+    """``dtype.str``, remembered (numpy builds the string on every access)."""
+    got = _DSTRS.get(dtype)
+    if got is None:
+        got = _DSTRS[dtype] = dtype.str
+    return got
 
 
 def _dtype(name):
@@ -599,3 +609,17 @@ def spin_until(ready, seconds: float) -> bool:
             return True
         if time.perf_counter() >= end:
             return False
+
+
+def yield_until(ready, seconds: float) -> bool:
+    """Like :func:`spin_until`, but giving the core away (``sched_yield``) between looks: for when
+    other threads wait for a core (the peer may be one of them), where a wake-up from a sleep
+    would cost far more than the yields."""
+    end = time.perf_counter() + seconds
+    yield_ = os.sched_yield
+    while True:
+        if ready():
+            return True
+        if time.perf_counter() >= end:
+            return False
+        yield_()

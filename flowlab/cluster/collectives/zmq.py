@@ -14,8 +14,11 @@ Two kinds of channel, negotiated per pair when the group forms:
   the caller reuse its buffers at once).
 
 A rank waiting in ``recv`` on shared memory first spins on the rings for up to ``spin`` seconds
-(x86-64, a core per rank, no queue for the cores at that moment; see :mod:`.shm`), then sleeps on
-its wake socket. Data that did not fit a ring when it was sent is moved on while this rank waits
+(x86-64, a core per rank; see :mod:`.shm`), then sleeps on its wake socket. When other threads
+queue for the cores at that moment, it does not spin hard: it looks at the rings between
+``sched_yield`` calls for the same time (giving its core to whoever waits, often the peer it
+waits for), since a sleep and a wake-up cost far more on a busy host. Data that did not fit a
+ring when it was sent is moved on while this rank waits
 in ``recv``, and in ``flush``, which the collective layer calls as each collective ends (else a
 Pusher thread does it). When every pair shares memory, ``native`` offers the shared-memory
 collectives of :mod:`.direct` (``algorithm="native"``).
@@ -206,10 +209,14 @@ class ZmqCommunicator(Communicator):
                     break
                 if self._queued and self._push():
                     continue
-                if spin and self._cores_free() and _shm.spin_until(self._ready, spin):
+                if spin:
+                    if self._cores_free():
+                        got = _shm.spin_until(self._ready, spin)
+                    else:       # the cores are queued for: give ours away between looks
+                        got = _shm.yield_until(self._ready, spin)
                     spin = 0.0
-                    continue
-                spin = 0.0
+                    if got:
+                        continue
                 gone = self._find_gone()
                 if gone:
                     item = self._poll()     # what they sent before they went comes first
