@@ -12,11 +12,14 @@ ipyparallel), one system at a time (its cluster started, measured, closed):
    between two processes (the floor any pyzmq transport stands on), flowlab's signed ``ping``,
    a tiny **op** (an inline handler adding two float32[4] arrays sent as raw buffers: the shape
    remote eager ops have), a tiny **eager op** as users write it (``x + x`` under
-   ``fl.device("/job:worker/task:0")``, then ``.numpy()``: two round trips, the op running on the
-   worker's execution thread), and a tiny **task** (a Python function, pickled by value, run on
-   the worker's execution thread), beside Dask's ``submit(...).result()`` and ipyparallel's
-   ``apply_sync``. The lane each client connection took (``unix``: the local lane; ``tcp``) is
-   printed with the figures; ``FLOWLAB_LOCAL_LANE=0`` measures TCP instead.
+   ``fl.device("/job:worker/task:0")``, then ``.numpy()``: two round trips, ``op`` and ``fetch``,
+   both run on the worker's loop thread since the op is small), and a tiny **task** (a Python
+   function, pickled by value, run on the worker's execution thread), beside Dask's
+   ``submit(...).result()`` and ipyparallel's ``apply_sync``. The lane each client connection took
+   (``unix``: the local lane; ``tcp``) is printed with the figures; ``FLOWLAB_LOCAL_LANE=0``
+   measures TCP instead, ``FLOWLAB_LANE_SPIN_US=200`` the local lane with a short spin before
+   sleeping (off by default; see flowlab/cluster/unix.py). The load average is printed beside the
+   figures.
 3. How fast do 64 MiB move from one worker to another (flowlab: ``push``; Dask: a task on worker B
    that needs a 64 MiB result held by worker A)? The floor: bare pyzmq sending 64 MiB to another
    process and waiting for its receipt. One untimed warm-up transfer comes first.

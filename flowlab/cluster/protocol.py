@@ -1,14 +1,20 @@
-"""The wire format: a signed JSON header plus raw buffers, and the checks a receiver makes.
+"""The wire format: a signed header plus raw buffers, and the checks a receiver makes.
 
 A message is a list of frames::
 
     [signature + header, buffer 0, buffer 1, ...]
 
-- ``header`` is UTF-8 JSON: ``{"v": 1, "type": "run", "from": SENDER, "to": RECEIVER, "seq": N,
-  "t": UNIX_TIME, "bufs": [...], "body": {...}}``. ``body`` holds the message's own fields.
+- ``header`` is what :class:`Signer` writes, the *compact* header: a fixed part packed with
+  ``struct`` (``<BQdHI``: the tag byte COMPACT = 2, ``seq``, ``t`` (UNIX time, float), the byte
+  lengths of the next two parts), then three UTF-8 JSON texts back to back: the *route*
+  ``[SENDER, RECEIVER, TYPE]``, the buffer descriptions ``[...]`` and the body ``{...}`` (the
+  message's own fields, to the end of the header). A receiver also reads the older *JSON header*,
+  one object ``{"v": 1, "type": ..., "from": ..., "to": ..., "seq": N, "t": T, "bufs": [...],
+  "body": {...}}`` (its first byte is "{"), so hand-made messages (tests, other tools) stay easy.
 - ``signature`` (the first 32 bytes of the first frame) is HMAC-SHA256 of the header bytes with
   the cluster's key (at least 16 random bytes), compared in constant time, as Jupyter signs its
   messages. Signature and header share one frame: one frame fewer to send and receive per message.
+  Nothing in the header is parsed before its signature checks out.
 - A tensor travels as one raw frame, never pickled or copied: its dtype and shape are in ``bufs``
   (``["nd", "<f4", [64, 64]]``), so the frame length is checked before numpy looks at it. Raw
   bytes are ``["b", n]``. A pickle (code to run, a result) is ``["p", n, sha256]``: the digest is
@@ -18,8 +24,15 @@ A message is a list of frames::
 A receiver (:class:`Verifier`) drops a message, raising :class:`ProtocolError`, when the frames are
 missing or malformed, the signature is absent or wrong, the header is not addressed to it, it is
 older than the time window, or its ``(from, seq)`` pair was seen before (a replay). Each sender
-numbers its messages 1, 2, 3...; the receiver keeps, per sender, the highest number seen and a
-window of the ones just below it, so messages reordered between a sender's threads still pass.
+numbers its messages 1, 2, 3...; the receiver keeps, per sender, the highest number seen and the
+numbers seen in a window just below it, so messages reordered between a sender's threads still pass.
+
+Speed (a tiny round trip is mostly this module's Python on both sides): the fixed fields need no
+parsing, and the route and buffer descriptions repeat from message to message, so a receiver
+parses each distinct one with json once, checks it and keeps it (with a decoding plan for the
+buffers: dtype, shape, byte count); a sender keeps its routes. A plain reply's body
+``{"re": N, "ok": true}`` is written and read without json. Anything unusual takes the full parse,
+which says what is wrong.
 
 Raw tensor frames are covered by their length in the signed header, not by the signature itself
 (hashing a 64 MiB tensor would halve the transfer rate); ``pack(..., sign_buffers=True)`` adds a
@@ -34,6 +47,7 @@ import itertools
 import json
 import os
 import pickle
+import struct
 import sys
 import time
 
@@ -42,12 +56,17 @@ from .errors import ProtocolError
 __all__ = ["VERSION", "KEY_BYTES", "new_key", "Message", "Pickled", "Signer", "Verifier", "ReplayGuard",
            "dumps", "loads", "new_id"]
 
-VERSION = 1
+VERSION = 1               # of the JSON header
+COMPACT = 2               # the first byte of a compact header (a JSON header starts with "{")
 KEY_BYTES = 32            # the key new_key() makes; a key must have at least 16 bytes
 TIME_WINDOW = 300.0       # seconds: a header older (or newer) than this is dropped
 REPLAY_WINDOW = 4096      # how far below a sender's highest seq a late message may still arrive
 _ALLOWED_KINDS = frozenset("biufc")   # dtype kinds a tensor frame may have (no objects, no void)
 
+_COMPACT = struct.Struct("<BQdHI")   # tag, seq, time, route length, bufs length
+_COMPACT_SIZE = _COMPACT.size
+_compact = _COMPACT.pack
+_uncompact = _COMPACT.unpack_from
 _compare = hmac.compare_digest
 _dumps_json = json.dumps
 _scan = json.JSONDecoder().scan_once   # one JSON value from a str, no encoding sniffing
@@ -189,8 +208,7 @@ class Signer:
         self.sender = sender
         self._seq = itertools.count(1)
         self._mac = _mac_factory(self.key)
-        self._prefix: dict[str, str] = {}
-        self._types: dict[str, str] = {}
+        self._routes: dict[tuple, bytes] = {}    # (to, type) -> the header's route, ["from", "to", "type"]
 
     def next_seq(self) -> int:
         """Take the next sequence number (to know a message's seq before packing it)."""
@@ -205,30 +223,61 @@ class Signer:
                 frame, desc, _ = _describe(b, sign_buffers)
                 frames.append(frame)
                 descs.append(desc)
-            bufs = f"[{', '.join(descs)}]"
+            bufs = f"[{', '.join(descs)}]".encode()
         else:
-            frames, bufs = (), "[]"
+            frames, bufs = (), b"[]"
         if seq is None:
             seq = next(self._seq)
-        prefix = self._prefix.get(to)
-        if prefix is None:
-            prefix = self._prefix[to] = (f'{{"v": {VERSION}, "from": {_json_str(self.sender)}, '
-                                         f'"to": {_json_str(to)}, "type": ')
-        t = self._types.get(type)
-        if t is None:
-            t = self._types[type] = _json_str(type)
-        header = (f'{prefix}{t}, "seq": {seq}, "t": {_now()!r}, "bufs": {bufs}, '
-                  f'"body": {_body_json(body) if body else "{}"}}}').encode()
+        route = self._routes.get((to, type))
+        if route is None:
+            route = self._route(to, type)
+        header = (_compact(COMPACT, seq, _now(), len(route), len(bufs)) + route + bufs
+                  + (_body_json(body).encode() if body else b"{}"))
+        return [self._mac(header) + header, *frames]
+
+    def _route(self, to, type) -> bytes:
+        route = _dumps_json([self.sender, to, type]).encode()
+        if len(route) > 65535:
+            raise ValueError(f"a receiver id and message type of {len(route)} bytes is too long")
+        if len(self._routes) >= 1024:
+            self._routes.clear()
+        self._routes[to, type] = route
+        return route
+
+    def reply(self, to: str, re: int, body=None, buffers=()) -> list:
+        """The frames of a successful ``reply`` to request ``re`` from ``to``: as ``pack("reply",
+        to, {**body, "re": re, "ok": True}, buffers)``, with the body's fixed fields written
+        directly (no dict merge; the common reply is nothing but them)."""
+        if body and body.__class__ is not dict and not isinstance(body, dict):
+            raise TypeError(f"a reply's body must be a dict, not {type(body).__name__}")
+        if body and ("re" in body or "ok" in body):
+            return self.pack("reply", to, {**body, "re": re, "ok": True}, buffers)
+        if buffers:
+            frames, descs = [], []
+            for b in buffers:
+                frame, desc, _ = _describe(b, False)
+                frames.append(frame)
+                descs.append(desc)
+            bufs = f"[{', '.join(descs)}]".encode()
+        else:
+            frames, bufs = (), b"[]"
+        route = self._routes.get((to, "reply"))
+        if route is None:
+            route = self._route(to, "reply")
+        rest = f', {_body_json(body)[1:]}' if body else "}"
+        header = (_compact(COMPACT, next(self._seq), _now(), len(route), len(bufs)) + route + bufs
+                  + f'{{"re": {int(re)}, "ok": true{rest}'.encode())
         return [self._mac(header) + header, *frames]
 
 
 class ReplayGuard:
-    """Per sender: the highest ``seq`` seen and a bitmask of the REPLAY_WINDOW numbers below it."""
+    """Per sender: the highest ``seq`` seen and the set of numbers seen in the REPLAY_WINDOW below
+    it (a set, not a bitmask: an in-order message costs one insertion, not shifts of a 4096-bit
+    integer; numbers that fell out of the window are swept out now and then)."""
 
     def __init__(self, window: int = REPLAY_WINDOW, max_senders: int = 4096):
         self.window, self.max_senders = window, max_senders
-        self._full = (1 << window) - 1
-        self._seen: dict[str, list] = {}   # sender -> [highest, mask, last time]
+        self._seen: dict[str, list] = {}   # sender -> [highest, numbers seen in the window, last time]
 
     def check(self, sender: str, seq: int, t: float) -> None:
         """Record ``(sender, seq)``; raise ProtocolError if it was seen or is too old to tell."""
@@ -236,20 +285,21 @@ class ReplayGuard:
         if state is None:
             if len(self._seen) >= self.max_senders:
                 self._evict(t)
-            self._seen[sender] = [seq, 1, t]
+            self._seen[sender] = [seq, {seq}, t]
             return
-        high, mask = state[0], state[1]
+        high, seen = state[0], state[1]
         if seq > high:
-            shift = seq - high
-            state[0], state[1] = seq, ((mask << shift) | 1) & self._full if shift < self.window else 1
+            state[0] = high = seq
         else:
             back = high - seq
             if back >= self.window:
                 raise ProtocolError(f"replayed or too late: seq {seq} from {sender} is {back} below its latest")
-            bit = 1 << back
-            if mask & bit:
+            if seq in seen:
                 raise ProtocolError(f"replayed message: seq {seq} from {sender} was seen before")
-            state[1] = mask | bit
+        seen.add(seq)
+        if len(seen) > 2 * self.window:
+            low = high - self.window
+            state[1] = {n for n in seen if n > low}
         state[2] = t
 
     def _evict(self, now):
@@ -271,6 +321,9 @@ class Verifier:
         self.window = window
         self.guard = ReplayGuard()
         self._mac = _mac_factory(self.key)
+        self._heads: dict = {}    # JSON header's prefix (version, from, to, type) -> (type, from, to)
+        self._routes: dict = {}   # compact header's route text -> (type, from, to)
+        self._bufs: dict = {}     # a header's "bufs" text -> (descriptions, decoding plan)
 
     def unpack(self, frames) -> Message:
         """The checked Message in ``frames`` (``[signature + header, *buffers]``, each bytes-like);
@@ -285,21 +338,35 @@ class Verifier:
         header = first[32:]
         if not _compare(first[:32], self._mac(header)):
             raise ProtocolError("bad signature: the message was not signed with this cluster's key")
+        msg = self._fast(header, frames)
+        if msg is not None:
+            return msg
         try:
-            text = header.decode()
-            h, end = _scan(text, 0)
-            if end != len(text) or h["v"] != VERSION:
-                raise ValueError("trailing data or wrong protocol version")
-            type_, sender, to, seq, t, descs, body = (h["type"], h["from"], h["to"], h["seq"], h["t"],
-                                                      h["bufs"], h["body"])
-        except (ValueError, KeyError, TypeError, StopIteration) as e:
+            if header[0] == COMPACT:
+                _, seq, t, lr, lb = _uncompact(header)
+                o = _COMPACT_SIZE + lr
+                route, descs, body = json.loads(header[_COMPACT_SIZE:o]), json.loads(header[o:o + lb]), \
+                    json.loads(header[o + lb:])
+                if route.__class__ is not list or len(route) != 3 or not all(r.__class__ is str for r in route):
+                    raise ValueError("the route is not [from, to, type]")
+                sender, to, type_ = route
+            else:
+                text = header.decode()
+                h, end = _scan(text, 0)
+                if end != len(text) or h["v"] != VERSION:
+                    raise ValueError("trailing data or wrong protocol version")
+                type_, sender, to, seq, t, descs, body = (h["type"], h["from"], h["to"], h["seq"], h["t"],
+                                                          h["bufs"], h["body"])
+            if descs.__class__ is not list:
+                raise ValueError("bufs is not a list")
+        except (ValueError, KeyError, TypeError, StopIteration, struct.error) as e:
             raise ProtocolError(f"malformed header ({e.__class__.__name__}: {e})") from None
         if to not in self.me and not (to == "*" and type_ in self.anyone):
             raise ProtocolError(f"message addressed to {to!r}, not to this receiver")
         if seq.__class__ is not int or seq < 1 or t.__class__ is not float:
             raise ProtocolError("malformed header: bad seq or time")
         age = _now() - t
-        if age > self.window or -age > self.window:
+        if not (age <= self.window and -age <= self.window):    # NaN (json reads it) fails too
             raise ProtocolError(f"stale message: sent {age:.0f} s ago (window {self.window:.0f} s)")
         if descs:
             if len(descs) != len(frames) - 1:
@@ -311,6 +378,156 @@ class Verifier:
             buffers, nbytes = [], 0
         self.guard.check(sender, seq, t)   # last: a message that failed above does not burn its seq
         return Message(type_, body, buffers, sender, seq, nbytes)
+
+    def _fast(self, header: bytes, frames):
+        """The checked Message of a signed ``header`` read with what earlier messages taught (see
+        the module's docstring); None (the caller parses it in full) for anything else, and for
+        anything that fails a check (the full parse then says why).
+
+        A compact header is cut by its packed lengths. A JSON header is cut at its fixed keys, as
+        :class:`Signer` once wrote it: ``PREFIX, "seq": DIGITS, "t": DIGITS.DIGITS, "bufs": BUFS,
+        "body": BODY}``, where PREFIX + "}" must be exactly the object {v, from, to, type} of this
+        version: together the pieces are one JSON object with these seven keys, so what passes
+        here is what the full parse would accept. The route (or PREFIX) and BUFS are learned once
+        each (parsed with json, checked, kept); BODY is parsed as one JSON value."""
+        if header[0] == COMPACT:
+            try:
+                _, seq, t, lr, lb = _uncompact(header)
+            except struct.error:
+                return None
+            o = _COMPACT_SIZE + lr
+            e = o + lb
+            head = self._routes.get(header[_COMPACT_SIZE:o])
+            if head is None:
+                head = self._learn_route(header[_COMPACT_SIZE:o])
+                if head is None:
+                    return None
+            bufs_b, body_b = header[o:e], header[e:]
+        else:
+            i = header.find(b', "seq": ')
+            if i <= 0:
+                return None
+            head = self._heads.get(header[:i])
+            if head is None:
+                head = self._learn_head(header[:i])
+                if head is None:
+                    return None
+            j = header.find(b', "t": ', i + 9)
+            k = header.find(b', "bufs": ', j + 7) if j > 0 else -1
+            m = header.find(b', "body": ', k + 10) if k > 0 else -1
+            if m < 0 or header[-1] != 125:                       # 125: "}"
+                return None
+            seq_b, t_b = header[i + 9:j], header[j + 7:k]
+            if not seq_b.isdigit() or not t_b.replace(b".", b"", 1).isdigit() or b"." not in t_b:
+                return None
+            seq, t = int(seq_b), float(t_b)
+            bufs_b, body_b = header[k + 10:m], header[m + 10:-1]
+        bufs = self._bufs.get(bufs_b)
+        if bufs is None:
+            bufs = self._learn_bufs(bufs_b)
+            if bufs is None:
+                return None
+        if body_b == b"{}":
+            body = {}
+        elif body_b[-13:] == b', "ok": true}' and body_b[:7] == b'{"re": ' and body_b[7:-13].isdigit():
+            body = {"re": int(body_b[7:-13]), "ok": True}      # a plain reply, as Signer.reply writes it
+        else:
+            try:
+                text = body_b.decode()
+                body, end = _scan(text, 0)
+            except (ValueError, StopIteration):
+                return None
+            if end != len(text) or body.__class__ is not dict:
+                return None
+        type_, sender, to = head
+        if to not in self.me and not (to == "*" and type_ in self.anyone):
+            return None
+        age = _now() - t
+        if seq < 1 or not (age <= self.window and -age <= self.window):
+            return None
+        plan = bufs[1]
+        if len(frames) != len(bufs[0]) + 1:
+            return None
+        if not plan:
+            buffers, nbytes = [], 0
+        elif plan.__class__ is tuple:
+            buffers, nbytes = [], 0
+            for (dtype, shape, n), frame in zip(plan, itertools.islice(frames, 1, None)):
+                if frame.__class__ is bytes:              # what both lanes hand up for a small frame
+                    if len(frame) != n:
+                        return None
+                else:
+                    frame = frame if frame.__class__ is memoryview else memoryview(frame)
+                    if frame.nbytes != n:
+                        return None
+                arr = _frombuffer(frame, dtype)
+                buffers.append(arr if shape is None else arr.reshape(shape))
+                nbytes += n
+        else:
+            buffers, nbytes = _decode_buffers(bufs[0], frames)
+        self.guard.check(sender, seq, t)
+        return Message(type_, body, buffers, sender, seq, nbytes)
+
+    def _learn_route(self, route: bytes):
+        try:
+            r = json.loads(route)
+        except ValueError:
+            return None
+        if r.__class__ is not list or len(r) != 3 or not all(x.__class__ is str for x in r):
+            return None
+        if len(self._routes) >= 256:
+            self._routes.clear()
+        head = self._routes[route] = (r[2], r[0], r[1])
+        return head
+
+    def _learn_head(self, prefix: bytes):
+        try:
+            h = json.loads(prefix + b"}")
+        except ValueError:
+            return None
+        if (h.__class__ is not dict or h.keys() != {"v", "from", "to", "type"} or h["v"] != VERSION
+                or h["v"].__class__ is not int
+                or not all(h[f].__class__ is str for f in ("from", "to", "type"))):
+            return None
+        if len(self._heads) >= 256:
+            self._heads.clear()
+        head = self._heads[prefix] = (h["type"], h["from"], h["to"])
+        return head
+
+    def _learn_bufs(self, text: bytes):
+        """(descriptions, plan) for a header's ``bufs`` text: the plan is () for no buffers, a
+        tuple of (dtype, shape or None for 1-d, nbytes) when every buffer is a plain tensor, else
+        True (decode each description as it comes)."""
+        try:
+            descs = json.loads(text)
+        except ValueError:
+            return None
+        if descs.__class__ is not list:
+            return None
+        plan = ()
+        if descs:
+            plan = []
+            for d in descs:
+                if not (d.__class__ is list and len(d) == 3 and d[0] == "nd" and d[1].__class__ is str
+                        and d[2].__class__ is list):
+                    plan = True
+                    break
+                try:
+                    dtype = _dtype_in(d[1])
+                except (TypeError, ValueError, ProtocolError):
+                    return None
+                count = 1
+                for s in d[2]:
+                    if s.__class__ is not int or s < 0:
+                        return None
+                    count *= s
+                plan.append((dtype, None if len(d[2]) == 1 else tuple(d[2]), count * dtype.itemsize))
+            if plan is not True:
+                plan = tuple(plan)
+        if len(self._bufs) >= 256:
+            self._bufs.clear()
+        out = self._bufs[text] = (descs, plan)
+        return out
 
 
 def _decode_buffers(descs, frames):
@@ -341,8 +558,7 @@ _DTYPE_OUT: dict = {}    # numpy dtype -> its wire code ("<f4"), filled as dtype
 _DTYPE_IN: dict = {}     # wire code -> numpy dtype, filled as codes arrive
 
 
-def _array(desc, mv, n):
-    code = desc[1]
+def _dtype_in(code):
     dtype = _DTYPE_IN.get(code)
     if dtype is None:
         import numpy as np
@@ -351,6 +567,11 @@ def _array(desc, mv, n):
             raise ProtocolError(f"tensor buffer with dtype {dtype} is not allowed")
         if len(_DTYPE_IN) < 256:
             _DTYPE_IN[code] = dtype
+    return dtype
+
+
+def _array(desc, mv, n):
+    dtype = _dtype_in(desc[1])
     shape = desc[2]
     count = 1
     for s in shape:

@@ -30,6 +30,7 @@ import queue
 import sys
 import threading
 import traceback
+from collections.abc import Mapping
 
 from . import events as _events
 from .errors import ClusterError, ProtocolError
@@ -315,17 +316,23 @@ class Server:
                 raise error
             out = fn(self, msg)
             if out is None:
-                body, bufs = {"re": msg.seq, "ok": True}, ()
-            elif isinstance(out, Reply):
-                body, bufs = {**out.body, "re": msg.seq, "ok": True}, out.buffers
+                body, bufs = None, ()
+            elif out.__class__ is Reply or isinstance(out, Reply):
+                body, bufs = out.body, out.buffers
+                if body.__class__ is not dict:
+                    body = dict(body)
+            elif isinstance(out, Mapping):
+                body, bufs = (out if out.__class__ is dict else dict(out)), ()
             else:
-                body, bufs = {**out, "re": msg.seq, "ok": True}, ()
+                raise TypeError(f"the handler of {msg.type!r} returned {type(out).__name__}; a handler "
+                                f"returns None, a dict or a Reply")
         except BaseException as e:   # noqa: B036 - reported to the caller, the loop goes on
             if isinstance(e, SystemExit):
                 self._stopping = True
-            body, bufs = {"re": msg.seq, "ok": False, "error": error_info(e)}, ()
+            send(peer, self._signer.pack("reply", msg.sender, {"re": msg.seq, "ok": False, "error": error_info(e)}))
+            return
         try:
-            frames = self._signer.pack("reply", msg.sender, body, bufs)
+            frames = self._signer.reply(msg.sender, msg.seq, body, bufs)
         except Exception as e:   # an unsendable result (a dtype we do not ship, ...)
             frames = self._signer.pack("reply", msg.sender, {"re": msg.seq, "ok": False, "error": error_info(e)})
         send(peer, frames)

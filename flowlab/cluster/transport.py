@@ -46,6 +46,7 @@ _POLLOUT = int(zmq.POLLOUT)       # plain ints: flag enums are slow to combine
 _POLLIN_ERR = int(zmq.POLLIN | zmq.POLLERR)
 _monotonic = time.monotonic
 _zmq_poll = zmq.zmq_poll
+_yield = getattr(os, "sched_yield", lambda: None)
 _ctx = None
 _ctx_lock = threading.Lock()
 
@@ -68,6 +69,9 @@ class Listener:
     """A bound ROUTER socket: messages from any number of connections, answers to each; on a
     loopback address also the local lane's Unix socket (see :mod:`.unix`), served by the same
     thread: ``recv`` waits on the ROUTER and the Unix sockets together (one ``zmq_poll``).
+
+    When the last message came within ``unix.SPIN`` of the call before, ``recv`` looks for the next
+    one without sleeping first (see :mod:`.unix`, "Waiting").
 
     ``post`` from another thread goes through that thread's own inproc DEALER, connected to this
     same ROUTER under a random identity; ``recv`` forwards such messages to their peer. A peer of
@@ -98,9 +102,12 @@ class Listener:
                 self._unix = _unix.UnixSide(path)
             except OSError:
                 self._unix = None        # no lane (a full disk, a path we may not use): TCP only
+        self._spin = None          # spin before sleeping (see unix.SPIN): None off, else the last verdict
         if self._unix is not None:
             self._ready = collections.deque()
             self._items: list = []
+            if _unix.SPIN > 0:
+                self._spin = False
         self.lane = "unix+tcp" if self._unix is not None else "tcp"
 
     @property
@@ -136,6 +143,9 @@ class Listener:
             return ready.popleft()
         unix, sock = self._unix, self._sock
         deadline = None
+        spin = self._spin
+        if spin is not None:
+            start = _monotonic()
         while True:
             if unix.changed:
                 self._register()
@@ -148,7 +158,18 @@ class Listener:
             elif deadline is not False:
                 ms = max(0, int((deadline - _monotonic()) * 1000 + 0.999))
             woke = False
-            for what, ev in _zmq_poll(self._items, ms):
+            events = None
+            if spin and ms:        # the last message came soon after the one before: look without sleeping
+                spin, end, last = False, start + _unix.SPIN, start
+                events = _zmq_poll(self._items, 0)
+                while not events:
+                    now = _monotonic()
+                    if now >= end or now - last > _unix.CONTENDED:   # others want the processor: sleep
+                        break
+                    last = now
+                    _yield()
+                    events = _zmq_poll(self._items, 0)
+            for what, ev in events or _zmq_poll(self._items, ms):
                 if what is sock:
                     woke = self._drain_router() or woke
                 elif what == unix.fd:
@@ -159,8 +180,12 @@ class Listener:
                     if ev & _POLLIN_ERR:
                         unix.readable(what, ready)
             if ready:
+                if spin is not None:
+                    self._spin = _monotonic() - start <= 2 * _unix.SPIN
                 return ready.popleft()
             if woke or ms == 0 or (deadline and _monotonic() >= deadline):
+                if spin is not None and not woke:
+                    self._spin = False
                 return None
 
     def _register(self):

@@ -31,15 +31,47 @@ def test_round_trip_of_body_and_buffers():
     assert m.nbytes == a.nbytes + b.nbytes + 3 + len(m.buffers[3])
 
 
-def test_header_is_json_signed_with_hmac_sha256():
+def _fields(header: bytes) -> dict:
+    """A compact header read by hand: tag, seq and time packed, then route, bufs and body as JSON."""
+    import struct
+    tag, seq, t, lr, lb = struct.unpack_from("<BQdHI", header)
+    o = struct.calcsize("<BQdHI")
+    frm, to, type_ = json.loads(header[o:o + lr])
+    return {"tag": tag, "seq": seq, "t": t, "from": frm, "to": to, "type": type_,
+            "bufs": json.loads(header[o + lr:o + lr + lb]), "body": json.loads(header[o + lr + lb:])}
+
+
+def test_header_is_compact_and_signed_with_hmac_sha256():
     import hashlib
     import hmac
     s, _ = _pair()
-    first = s.pack("ping", ME)[0]
+    first = s.pack("ping", ME, {"n": 3})[0]
     sig, header = first[:32], first[32:]
     assert sig == hmac.new(KEY, header, hashlib.sha256).digest()
-    h = json.loads(header)
-    assert h["type"] == "ping" and h["from"] == YOU and h["to"] == ME and h["seq"] == 1 and h["v"] == P.VERSION
+    h = _fields(header)
+    assert (h["tag"], h["type"], h["from"], h["to"], h["seq"], h["body"]) == (P.COMPACT, "ping", YOU, ME, 1, {"n": 3})
+    assert abs(h["t"] - P._now()) < 60
+
+
+def test_json_headers_are_still_read():
+    _, v = _pair()
+    m = v.unpack(_resign(_header(body={"k": 1})))
+    assert (m.type, m.sender, m.seq, m.body) == ("put", YOU, 7, {"k": 1})
+
+
+@pytest.mark.parametrize("cut", [
+    lambda h: h[:10],                                             # shorter than the fixed fields
+    lambda h: h[:21] + b'["a", "b"]' + h[21 + len(b'["a", "b"]'):],   # a route that is not [from, to, type]
+    lambda h: h + b"x",                                           # trailing garbage after the body
+    lambda h: h[:-1],                                             # a cut body
+])
+def test_signed_but_malformed_compact_headers_are_refused(cut):
+    import hashlib
+    import hmac
+    s, v = _pair()
+    header = cut(s.pack("put", ME, {"key": "x"})[0][32:])
+    with pytest.raises(ProtocolError, match="malformed|addressed"):
+        v.unpack([hmac.new(KEY, header, hashlib.sha256).digest() + header])
 
 
 def test_non_contiguous_and_scalar_arrays_travel():
@@ -159,7 +191,7 @@ def test_signed_but_malformed_headers_are_refused(header, bufs, why):
 def test_signed_buffers_carry_digests():
     s, v = _pair()
     frames = s.pack("put", ME, None, [b"abc", np.ones(3)], sign_buffers=True)
-    header = json.loads(frames[0][32:])
+    header = _fields(frames[0][32:])
     assert all(len(d[-1]) == 64 for d in header["bufs"])
     with pytest.raises(ProtocolError, match="digest"):
         v.unpack([frames[0], b"abd", frames[2]])
@@ -230,3 +262,79 @@ def test_a_function_from_another_python_is_refused_clearly():
     from flowlab.cluster import _code
     with pytest.raises(RuntimeError, match="Python 2.7"):
         _code._skeleton((2, 7), b"", "f", "f", "__main__", 0)
+
+
+# -- the fast reading of headers laid out as Signer writes them ---------------------------------------
+def _full(v, frames):
+    """What the full JSON parse makes of ``frames`` (the fast path turned off)."""
+    v._fast = lambda header, frames: None
+    try:
+        return v.unpack(frames)
+    finally:
+        del v._fast
+
+
+@pytest.mark.parametrize("make", [
+    lambda s: s.pack("ping", ME),
+    lambda s: s.pack("put", ME, {"key": "x", "n": [1, 2], "f": 0.5, "s": "a b\u00e9"}, [np.ones((2, 3), np.float32)]),
+    lambda s: s.pack("put", ME, None, [np.arange(4), b"raw", P.dumps([1])]),
+    lambda s: s.pack("put", ME, None, [np.ones(3)], sign_buffers=True),
+    lambda s: s.reply(ME, 41),
+    lambda s: s.reply(ME, 42, {"shape": [4], "dtype": "<f4"}, [np.ones(4, np.float32)]),
+    lambda s: s.reply(ME, 43, {"re": 1, "x": 2}),
+])
+def test_fast_and_full_parse_agree(make):
+    s, v = _pair()
+    frames = make(s)
+    fast = v.unpack(frames)
+    full = _full(P.Verifier(KEY, ME), frames)
+    assert (fast.type, fast.body, fast.sender, fast.seq, fast.nbytes) == (full.type, full.body, full.sender,
+                                                                         full.seq, full.nbytes)
+    assert len(fast.buffers) == len(full.buffers)
+    for a, b in zip(fast.buffers, full.buffers):
+        assert type(a) is type(b) and bytes(memoryview(a)) == bytes(memoryview(b))
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and a.shape == b.shape
+    with pytest.raises(ProtocolError, match="replayed"):       # the fast path keeps the replay guard
+        v.unpack(frames)
+
+
+def test_reply_body_is_the_handlers_plus_re_and_ok():
+    s, v = _pair()
+    assert v.unpack(s.reply(ME, 5)).body == {"re": 5, "ok": True}
+    assert v.unpack(s.reply(ME, 6, {"n": 3})).body == {"re": 6, "ok": True, "n": 3}
+    assert v.unpack(s.reply(ME, 7, {"ok": False})).body == {"re": 7, "ok": True}
+    with pytest.raises(TypeError, match="dict"):
+        s.reply(ME, 8, [1, 2])
+
+
+def _raw(text: str, bufs=(), key=KEY):
+    import hashlib
+    import hmac
+    raw = text.encode()
+    return [hmac.new(key, raw, hashlib.sha256).digest() + raw, *bufs]
+
+
+_LAYOUT = '{"v": 1, "from": "%s", "to": "%s", "type": "put", "seq": %s, "t": %s, "bufs": %s, "body": %s}'
+
+
+@pytest.mark.parametrize("fields, bufs, why", [
+    ((YOU, ME, "1_0", "T", "[]", "{}"), [], "malformed header"),                 # not JSON, though int() reads it
+    ((YOU, ME, "7", "NaN", "[]", "{}"), [], "stale"),                           # json reads NaN: still stale
+    ((YOU, ME, "7", "Infinity", "[]", "{}"), [], "stale"),
+    ((YOU, ME, "7", "T", '[["nd", "<f4", [3]]]', "{}"), [b"\0" * 8], "does not hold float32"),
+    ((YOU, ME, "7", "T", '[["nd", "|O", [1]]]', "{}"), [b"\0" * 8], "not allowed"),
+    ((YOU, ME, "7", "T", '[["nd", "<f4", [2]]]', "{}"), [], "lists 1 buffer"),
+    ((YOU, "server-other", "7", "T", "[]", "{}"), [], "addressed to"),
+    ((YOU, ME, "0", "T", "[]", "{}"), [], "bad seq"),
+    ((YOU, ME, "7", "T", "[]", '{"a": 1}} '), [], "malformed header"),
+    ((YOU, ME, "7", "T", "[]", '{"a": 1}, "seq": 9'), [], None),                 # a second seq: JSON's last wins
+])
+def test_headers_in_the_signers_layout_get_the_full_checks(fields, bufs, why):
+    _, v = _pair()
+    text = _LAYOUT % tuple(repr(P._now()) if f == "T" else f for f in fields)
+    if why is None:
+        assert v.unpack(_raw(text, bufs)).seq == 9
+        return
+    with pytest.raises(ProtocolError, match=why):
+        v.unpack(_raw(text, bufs))

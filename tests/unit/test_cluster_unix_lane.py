@@ -128,6 +128,40 @@ def test_a_connection_sends_large_messages_while_the_peer_reads():
     assert not os.path.exists(path)
 
 
+def test_a_waiting_connection_spins_only_after_quick_answers_and_keeps_its_deadline(monkeypatch):
+    """The spin before sleeping (unix.SPIN) never cuts a wait short or makes it longer than asked,
+    and is turned off by a slow answer and on again by a quick one."""
+    import time
+    monkeypatch.setattr(unix, "SPIN", 0.05)
+    d = unix.lane_dir(create=True)
+    path = os.path.join(d, f"test-spin-{os.getpid()}.sock")
+    side = unix.UnixSide(path)
+    try:
+        conn = unix.UnixConnection("127.0.0.1:1", path)
+        conn.send([b"hello"])
+        got = []
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            side.accept()
+            for fd in list(side.peers):
+                side.readable(fd, got)
+        peer = got[0][0]
+        assert conn._spin is True                  # a new connection starts hopeful
+        t0 = time.monotonic()
+        assert conn.recv(0.2) is None              # nothing comes: the full wait, then None
+        assert 0.19 <= time.monotonic() - t0 < 5
+        assert conn._spin is False                 # a slow (here: no) answer turns the spin off
+        side.send(peer, [b"quick"])
+        assert bytes(conn.recv(5)[0]) == b"quick"
+        assert conn._spin is True                  # the answer was there at once: spin next time
+        threading.Timer(0.1, side.send, (peer, [b"late"])).start()
+        assert bytes(conn.recv(5)[0]) == b"late"  # came after the spin ended: slept, then read it
+        assert conn._spin is False
+        conn.close()
+    finally:
+        side.close()
+
+
 def test_no_lane_for_other_hosts_or_when_turned_off(monkeypatch):
     assert unix.lane_path("10.1.2.3", 5000) is None
     assert unix.lane_path("example.org", 5000) is None
