@@ -114,6 +114,18 @@ _ND_DESC: dict = {}       # (dtype, shape) -> the descriptor of a C-contiguous a
 _ndarray = None          # numpy.ndarray, once an array has been sent
 
 
+def _frames(buffers, sign):
+    """The frames of ``buffers`` and the header's JSON list describing them."""
+    if not buffers:
+        return (), b"[]"
+    frames, descs = [], []
+    for b in buffers:
+        frame, desc, _ = _describe(b, sign)
+        frames.append(frame)
+        descs.append(desc)
+    return frames, f"[{', '.join(descs)}]".encode()
+
+
 def _describe(buf, sign):
     """(frame, descriptor as JSON text, nbytes) for one outgoing buffer."""
     if buf.__class__ is _ndarray and not sign and buf.flags.c_contiguous:   # the common case, quickly
@@ -217,22 +229,16 @@ class Signer:
     def pack(self, type: str, to: str, body=None, buffers=(), sign_buffers: bool = False, seq=None) -> list:
         """The frames of one message to ``to`` (a receiver's id); ``seq`` from :meth:`next_seq`,
         or the next one."""
-        if buffers:
-            frames, descs = [], []
-            for b in buffers:
-                frame, desc, _ = _describe(b, sign_buffers)
-                frames.append(frame)
-                descs.append(desc)
-            bufs = f"[{', '.join(descs)}]".encode()
-        else:
-            frames, bufs = (), b"[]"
-        if seq is None:
-            seq = next(self._seq)
+        frames, bufs = _frames(buffers, sign_buffers)
+        return self._signed(type, to, next(self._seq) if seq is None else seq, bufs,
+                            _body_json(body).encode() if body else b"{}", frames)
+
+    def _signed(self, type, to, seq, bufs, body: bytes, frames) -> list:
+        """The signed compact header (seq, time, route, buffer list, body) and the buffer frames."""
         route = self._routes.get((to, type))
         if route is None:
             route = self._route(to, type)
-        header = (_compact(COMPACT, seq, _now(), len(route), len(bufs)) + route + bufs
-                  + (_body_json(body).encode() if body else b"{}"))
+        header = _compact(COMPACT, seq, _now(), len(route), len(bufs)) + route + bufs + body
         return [self._mac(header) + header, *frames]
 
     def _route(self, to, type) -> bytes:
@@ -252,22 +258,9 @@ class Signer:
             raise TypeError(f"a reply's body must be a dict, not {type(body).__name__}")
         if body and ("re" in body or "ok" in body):
             return self.pack("reply", to, {**body, "re": re, "ok": True}, buffers)
-        if buffers:
-            frames, descs = [], []
-            for b in buffers:
-                frame, desc, _ = _describe(b, False)
-                frames.append(frame)
-                descs.append(desc)
-            bufs = f"[{', '.join(descs)}]".encode()
-        else:
-            frames, bufs = (), b"[]"
-        route = self._routes.get((to, "reply"))
-        if route is None:
-            route = self._route(to, "reply")
+        frames, bufs = _frames(buffers, False)
         rest = f', {_body_json(body)[1:]}' if body else "}"
-        header = (_compact(COMPACT, next(self._seq), _now(), len(route), len(bufs)) + route + bufs
-                  + f'{{"re": {int(re)}, "ok": true{rest}'.encode())
-        return [self._mac(header) + header, *frames]
+        return self._signed("reply", to, next(self._seq), bufs, f'{{"re": {int(re)}, "ok": true{rest}'.encode(), frames)
 
 
 class ReplayGuard:

@@ -32,7 +32,6 @@ their step-1 messages arrived), so nothing stays in ``/dev/shm`` after that.
 """
 from __future__ import annotations
 
-import mmap
 import os
 import secrets
 
@@ -40,7 +39,7 @@ import numpy as np
 
 from ..events import now
 from . import ring
-from .shm import SHM_DIR, _unlink
+from .shm import SHM_DIR, _unlink, map_segment
 
 __all__ = ["SharedMemoryCollectives"]
 
@@ -55,22 +54,7 @@ class _Window:
     def __init__(self, name: str, size: int | None = None):
         self.name = name
         self.path = os.path.join(SHM_DIR, name)
-        if size is not None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.ftruncate(fd, size)
-                self.map = mmap.mmap(fd, size)
-            except BaseException:
-                _unlink(self.path)
-                raise
-            finally:
-                os.close(fd)
-        else:
-            fd = os.open(self.path, os.O_RDWR)
-            try:
-                self.map = mmap.mmap(fd, os.fstat(fd).st_size)
-            finally:
-                os.close(fd)
+        self.map = map_segment(self.path, size)
         self.size = len(self.map)
         self.half = (self.size // 2) // _ALIGN * _ALIGN
         self.bytes = np.frombuffer(self.map, np.uint8)

@@ -207,25 +207,16 @@ class _Ring:
         if create:
             if capacity <= 0 or capacity & (capacity - 1):
                 raise ValueError(f"a ring's capacity must be a power of two, got {capacity}")
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.ftruncate(fd, _HDR + capacity)
-                self._map = mmap.mmap(fd, _HDR + capacity)
-            except BaseException:
-                _unlink(self.path)
-                raise
-            finally:
-                os.close(fd)
+            self._map = map_segment(self.path, _HDR + capacity)
         else:
-            fd = os.open(self.path, os.O_RDWR)
             try:
-                size = os.fstat(fd).st_size
-                if size <= _HDR:
-                    raise ValueError(f"{self.path} is not a flowlab ring ({size} bytes)")
-                self._map = mmap.mmap(fd, size)
+                self._map = map_segment(self.path)
             finally:
-                os.close(fd)
                 _unlink(self.path)   # both ends have it mapped now (the creator first): drop the name
+            if len(self._map) <= _HDR:
+                size = len(self._map)
+                self._map.close()
+                raise ValueError(f"{self.path} is not a flowlab ring ({size} bytes)")
         self._mv = memoryview(self._map)
         self.ctr = self._mv[:_HDR].cast("Q")
         self.dmv = self._mv[_HDR:]
@@ -253,6 +244,27 @@ class _Ring:
         except BufferError:      # a view is still out (another thread reading): the mapping goes with it
             pass
         self._map = None
+
+
+def map_segment(path: str, size: int | None = None) -> mmap.mmap:
+    """Map a shared segment read-write: a new one of ``size`` bytes (mode 0600, and it must not
+    exist yet: removed again if sizing or mapping fails), or, with ``size`` None, an existing one
+    whole. The file descriptor is closed either way (the mapping keeps the memory)."""
+    if size is None:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            return mmap.mmap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        return mmap.mmap(fd, size)
+    except BaseException:
+        _unlink(path)
+        raise
+    finally:
+        os.close(fd)
 
 
 def _unlink(path):
