@@ -154,7 +154,7 @@ def test_a_waiting_connection_spins_only_after_quick_answers_and_keeps_its_deadl
         side.send(peer, [b"quick"])
         assert bytes(conn.recv(5)[0]) == b"quick"
         assert conn._spin is True                  # the answer was there at once: spin next time
-        threading.Timer(0.1, side.send, (peer, [b"late"])).start()
+        threading.Timer(0.3, side.send, (peer, [b"late"])).start()   # well past 2 * SPIN: a slow answer
         assert bytes(conn.recv(5)[0]) == b"late"  # came after the spin ended: slept, then read it
         assert conn._spin is False
         conn.close()
