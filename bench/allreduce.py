@@ -16,7 +16,8 @@ Rows (each skipped, with the reason printed, when what it needs is missing):
 - ``torch gloo``: ``torch.distributed.all_reduce`` with the gloo backend over loopback TCP.
 
 Each figure is the median over iterations of the slowest rank's time for one allreduce of float32
-data (sum), with a barrier before each iteration; bus bandwidth is ``bytes * 2(N-1)/N / time`` (the
+data (sum) into a preallocated result (flowlab's ``out=``, as mpi4py's ``Allreduce(x, out)``;
+gloo reduces in place), with a barrier before each iteration; bus bandwidth is ``bytes * 2(N-1)/N / time`` (the
 traffic a bandwidth-optimal allreduce must move per rank). Before timing, every row's result is
 checked; the exit status is 1 only when a result is wrong (CHECK FAILED), never for a timing.
 
@@ -125,8 +126,9 @@ def run_threads(n, mode):
             nbytes = SIZES[label]
             x = data(nbytes, comm.rank)
             for alg in ALGS:
-                ok = correct(C.allreduce(x, "sum", alg, timeout=DEADLINE_S), n)
-                times = timed(lambda: C.allreduce(x, "sum", alg, timeout=DEADLINE_S),
+                out = np.empty_like(x)
+                ok = correct(C.allreduce(x, "sum", alg, timeout=DEADLINE_S, out=out), n)
+                times = timed(lambda: C.allreduce(x, "sum", alg, timeout=DEADLINE_S, out=out),
                               lambda: C.barrier(timeout=DEADLINE_S), mode["iters"][nbytes], mode["warmup"])
                 res[f"flowlab threads {alg}", label] = (times, ok)
         return res
@@ -149,8 +151,9 @@ def zmq_body(mode, row="flowlab zmq"):
         nbytes = SIZES[label]
         x = data(nbytes, r)
         for alg in CLUSTER_ALGS if has_native else ALGS:
-            ok = correct(C.allreduce(x, "sum", alg, timeout=DEADLINE_S), n)
-            times = timed(lambda: C.allreduce(x, "sum", alg, timeout=DEADLINE_S),
+            out = np.empty_like(x)
+            ok = correct(C.allreduce(x, "sum", alg, timeout=DEADLINE_S, out=out), n)
+            times = timed(lambda: C.allreduce(x, "sum", alg, timeout=DEADLINE_S, out=out),
                           lambda: C.barrier(timeout=DEADLINE_S), mode["iters"][nbytes], mode["warmup"])
             res[f"{row} {alg}", label] = (times, ok)
     return res
@@ -182,8 +185,9 @@ def mpi_worker(args):
         x = data(nbytes, r)
         iters = mode["iters"][nbytes]
         for alg in [*ALGS, "native"]:
-            ok = correct(C.allreduce(x, "sum", alg, comm=comm, timeout=DEADLINE_S), n)
-            times = timed(lambda: C.allreduce(x, "sum", alg, comm=comm, timeout=DEADLINE_S), world.Barrier,
+            out = np.empty_like(x)
+            ok = correct(C.allreduce(x, "sum", alg, comm=comm, timeout=DEADLINE_S, out=out), n)
+            times = timed(lambda: C.allreduce(x, "sum", alg, comm=comm, timeout=DEADLINE_S, out=out), world.Barrier,
                           iters, mode["warmup"])
             res[f"flowlab mpi {alg}", label] = (times, ok)
         out = np.empty_like(x)

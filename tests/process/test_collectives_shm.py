@@ -89,7 +89,7 @@ def _join():
     return os.getpid()
 
 
-def _allreduce_big_or_error(wait):
+def _allreduce_or_error(wait, how):
     import time
 
     import numpy as np
@@ -97,21 +97,25 @@ def _allreduce_big_or_error(wait):
     import flowlab as fl
     time.sleep(wait)
     try:
-        fl.cluster.allreduce(np.ones(4 << 20, np.float32), timeout=60)    # 16 MiB: the rings fill up
+        if how == "big ring":     # 16 MiB: the rings fill up
+            fl.cluster.allreduce(np.ones(4 << 20, np.float32), timeout=60)
+        else:                     # 4 KiB, native: the waiters spin on the channels' boxes, not on messages
+            fl.cluster.allreduce(np.ones(1024, np.float32), algorithm="native", timeout=60)
         return "finished"
     except fl.cluster.CollectiveError as e:
         return f"{type(e).__name__}: {e}"
 
 
+@pytest.mark.parametrize("how", ["big ring", "small native"])
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["SIGKILL", "SIGSTOP"])
-def test_a_killed_or_frozen_peer_is_named_and_nothing_is_left(sig):
+def test_a_killed_or_frozen_peer_is_named_and_nothing_is_left(sig, how):
     cluster = fl.cluster.LocalCluster(workers=3)
     try:
         pids = cluster.run(_join, timeout=60)
         client = cluster.client
-        code = dumps(_allreduce_big_or_error)
-        waiting = [client.submit(t, "run", None, [code, dumps(((0.0,), {}))]) for t in cluster.workers[:2]]
-        client.submit(cluster.workers[2], "run", None, [code, dumps(((600.0,), {}))])
+        code = dumps(_allreduce_or_error)
+        waiting = [client.submit(t, "run", None, [code, dumps(((0.0, how), {}))]) for t in cluster.workers[:2]]
+        client.submit(cluster.workers[2], "run", None, [code, dumps(((600.0, how), {}))])
         time.sleep(1.0)
         start = time.monotonic()
         cluster.kill(2, sig)

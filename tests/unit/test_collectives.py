@@ -253,3 +253,42 @@ def test_importing_collectives_imports_neither_mpi4py_nor_zmq():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("alg", ALGS)
+@pytest.mark.parametrize("n", [1, 3])
+def test_allreduce_into_out_and_in_place(alg, n):
+    def body(comm):
+        x = seeded(13, comm.rank, np.float32)
+        out = np.full(13, -1.0, np.float32)
+        got = C.allreduce(x, "sum", alg, timeout=T, out=out)
+        kept = x.copy()
+        inplace = C.allreduce(x, "mean", alg, timeout=T, out=x)
+        return got is out, out.copy(), kept, inplace is x, x.copy()
+
+    with LocalGroup(n) as group:
+        results = group.run(body)
+    for rank, (same, out, kept, same_inplace, x) in enumerate(results):
+        assert same and same_inplace
+        np.testing.assert_allclose(out, closed_form("sum", 13, n), rtol=1e-6)
+        np.testing.assert_array_equal(kept, seeded(13, rank, np.float32))   # out=out leaves x alone
+        np.testing.assert_allclose(x, closed_form("mean", 13, n), rtol=1e-6)
+
+
+def test_allreduce_out_is_checked():
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(ValueError, match=r"out has shape \(3, 2\).*result has shape \(2, 3\)"):
+        C.allreduce(x, out=np.empty((3, 2), np.float32))
+    with pytest.raises(ValueError, match="dtype float64"):
+        C.allreduce(x, out=np.empty((2, 3), np.float64))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        C.allreduce(x, out=np.empty((3, 2), np.float32).T)
+    with pytest.raises(TypeError, match="numpy array"):
+        C.allreduce(x, out=[[0.0] * 3] * 2)
+    t = fl.Variable(np.ones(3, np.float32))
+    with fl.GradientTape():
+        with pytest.raises(ValueError, match="not differentiable"):
+            C.allreduce(t, out=np.empty(3, np.float32))
+    view = np.arange(8, dtype=np.float32)
+    got = C.allreduce(view[:6], out=view[2:])          # overlapping, not the same elements: input read first
+    np.testing.assert_array_equal(got, [0, 1, 2, 3, 4, 5])

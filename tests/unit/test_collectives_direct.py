@@ -134,15 +134,16 @@ def test_a_mismatch_under_native_is_named_on_every_rank(group):
         assert "float32[100]" in text and "float32[101]" in text, text
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "native"])
-def test_a_rank_that_never_calls_is_named_when_the_deadline_passes(group, algorithm):
+@pytest.mark.parametrize("algorithm,size", [("ring", 50_000), ("native", 50_000), ("native", 100)],
+                         ids=["ring", "native", "native-box"])
+def test_a_rank_that_never_calls_is_named_when_the_deadline_passes(group, algorithm, size):
     comms = group(3)
 
     def body(c):
         if c.rank == 2:
             return "stayed away"
         try:
-            C.allreduce(np.ones(50_000, np.float32), "sum", algorithm, comm=c, timeout=1.0)
+            C.allreduce(np.ones(size, np.float32), "sum", algorithm, comm=c, timeout=1.0)
         except C.CollectiveTimeoutError as e:
             return e.missing
         return "finished"
@@ -197,3 +198,96 @@ def test_ranks_that_made_different_native_calls_get_errors_then_agree_again(grou
     assert all(isinstance(t, str) and "native call #" in t for t in second), second
     third = call(["native", "native"])                   # both took the larger count
     assert all(np.array_equal(t, 2 * x) for t in third)
+
+
+def _ring_tails(c):
+    return {p: ch.tail for p, ch in c._in.items()}
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_small_native_allreduces_go_through_the_boxes_for_every_dtype_and_op(group, n):
+    comms = group(n)
+    run(comms, lambda c: C.barrier(comm=c))
+    tails = [_ring_tails(c) for c in comms]
+    cases = [(dt, op) for dt in ("float16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64")
+             for op in ("sum", "max", "min", "prod")]
+    cases += [("bool", "sum"), ("bool", "prod"), ("float32", "mean"), ("int64", "mean")]
+    for rnd in range(2):                                   # every box half used, then reused
+        for dt, op in cases:
+            xs = [(np.arange(7, dtype=np.int64) % 3 + r + rnd).astype(dt) for r in range(n)]
+            got = run(comms, lambda c: C.allreduce(xs[c.rank], op, "native", comm=c, timeout=20))
+            if op == "mean":
+                total = np.sum(np.stack(xs).astype(np.float64), axis=0)
+                want = (total / n).astype(dt) if dt.startswith("float") else np.trunc(total / n).astype(dt)
+            else:
+                ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}[op]
+                want = xs[0]
+                for x in xs[1:]:
+                    want = ufunc(want, x)
+            for g in got:
+                assert g.dtype == np.dtype(dt)
+                np.testing.assert_array_equal(g, want, err_msg=f"{dt} {op}")
+    assert [_ring_tails(c) for c in comms] == tails        # not one message went through the rings
+
+
+def test_box_calls_between_other_calls_on_three_ranks_stay_correct(group):
+    comms = group(3)
+
+    def body(c):
+        out = []
+        for i in range(40):
+            x = np.full(5, 10 * i + c.rank, np.float64)
+            out.append(C.allreduce(x, "sum", "native", comm=c)[0])
+            if i % 3 == 0:   # calls that do not make every rank hear from every other (a ring)
+                out.append(C.allreduce(x, "max", "ring", comm=c)[0])
+            if i % 7 == 0:
+                out.append(C.allreduce(np.ones(70_000, np.float32), "sum", "native", comm=c)[0])
+        return out
+
+    got = run(comms, body)
+    want = []
+    for i in range(40):
+        want.append(30.0 * i + 3)
+        if i % 3 == 0:
+            want.append(10.0 * i + 2)
+        if i % 7 == 0:
+            want.append(3.0)
+    assert got == [want] * 3
+
+
+def test_a_box_call_against_another_algorithm_is_a_mismatch_at_once(group):
+    import time
+    comms = group(2)
+
+    def body(c):
+        t0 = time.perf_counter()
+        try:
+            C.allreduce(np.ones(64, np.float32), "sum", ["native", "ring"][c.rank], comm=c, timeout=30)
+        except C.CollectiveMismatchError as e:
+            return str(e), time.perf_counter() - t0
+        return "no error", 0
+
+    for text, took in run(comms, body):
+        assert "native" in text and "ring" in text, text
+        assert took < 10, took          # not the 30 s deadline: the ring's message names the other call
+    again = run(comms, lambda c: C.allreduce(np.ones(3, np.float32), "sum", "native", comm=c, timeout=30))
+    assert all(np.array_equal(a, [2, 2, 2]) for a in again)
+
+
+@pytest.mark.parametrize("size", [7, 20_001, (1 << 20) + 3], ids=["box", "one-shot", "windows"])
+def test_native_allreduce_in_place_and_of_strided_input_on_three_ranks(group, size, monkeypatch):
+    comms = group(3)
+    if size == 20_001:
+        monkeypatch.setattr(shm, "BOX_BYTES", 0)                 # the one-shot messages, not the box
+        monkeypatch.setattr(direct, "BOX_BYTES", 0)
+
+    def body(c):
+        x = np.arange(size, dtype=np.float64) + c.rank
+        inplace = C.allreduce(x, "sum", "native", comm=c, out=x)
+        strided = C.allreduce((np.arange(2 * size, dtype=np.float64) * (c.rank + 1))[::2], "sum", "native", comm=c)
+        return inplace is x, x, strided
+
+    for same, x, strided in run(comms, body):
+        assert same
+        np.testing.assert_array_equal(x, 3 * np.arange(size) + 3)
+        np.testing.assert_array_equal(strided, 6 * np.arange(0, 2 * size, 2))

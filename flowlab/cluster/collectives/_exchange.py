@@ -223,6 +223,45 @@ class Exchange:
         self.log.record_fields("reduce", self.name, t0, now(), nbytes, self.rank, _EVENT_KEYS,
                                (peer, step, chunk, part, self.seq, self.alg))
 
+    def check(self, peer: int) -> None:
+        """For an algorithm that waits on something other than messages (a shared-memory box, see
+        :mod:`.direct`): raise as ``recv`` would if the deadline has passed (blaming ``peer``), a
+        peer is gone, another rank gave the call up, or a message of this call came with another
+        signature. Messages already here are read without waiting (``comm.poll()``) and kept for
+        ``recv``."""
+        st = self.st
+        if st.gone and peer in st.gone:
+            self._lost(PeerGone(st.gone, _reasons(st.gone)))
+        if now() > self.deadline:
+            self._timed_out(peer)
+        oldest = max(self.seq, st.failed_seq + 1)
+        while True:
+            try:
+                item = self.comm.poll()
+            except PeerGone as e:
+                if self.rank in e.peers or peer in e.peers:
+                    self._lost(e)
+                for p in e.peers:
+                    st.gone.setdefault(p, e.reason)
+                continue
+            if item is None:
+                return
+            src, header, arrays = item
+            q = header.get("q")
+            if q is None:
+                abort = header.get("abort")
+                if abort is not None:
+                    self._on_abort(src, abort, peer)
+                continue
+            if q == self.seq and header["s"] != self.text:
+                self._mismatch(src, _their_sig(header))
+            if q >= oldest:
+                st.stash.setdefault(src, collections.deque()).append((header, arrays))
+
+    def their_sig(self, text: str, seq) -> dict:
+        """A peer's signature from its signature text and sequence number (for :meth:`_mismatch`)."""
+        return _their_sig({"s": text, "q": seq})
+
     # -- receiving ------------------------------------------------------------------------------
     def _next_from(self, peer):
         st = self.st

@@ -49,21 +49,39 @@ ALGORITHMS = {"ring": ring, "tree": tree, "naive": naive}
 
 # -- the five collectives ------------------------------------------------------------------------
 def allreduce(x, op: str = "sum", algorithm: str = "ring", comm: Communicator | None = None,
-              timeout: float | None = None):
+              timeout: float | None = None, out: np.ndarray | None = None):
     """Combine ``x`` from every rank with ``op`` (``"sum"``, ``"mean"``, ``"max"``, ``"min"``,
-    ``"prod"``); every rank gets the same result, shaped like ``x``."""
+    ``"prod"``); every rank gets the same result, shaped like ``x``.
+
+    ``out``: a C-contiguous, writable numpy array of ``x``'s shape and dtype to write the result
+    into (and return), instead of new memory; ``out=x`` (a numpy array) reduces in place. Not
+    with a GradientTape recording ``x``."""
     comm = current() if comm is None else comm
     arr, wrap = _prepare(x, "allreduce")
     ufunc = ufunc_for(op, arr.dtype)
     n = comm.size
+    if out is not None:
+        if isinstance(x, Tensor) and _autodiff.recording():
+            raise ValueError("allreduce(out=...) is not differentiable: leave out unset inside a GradientTape")
+        target = _check_out(out, arr, "allreduce")
+        src = arr.reshape(-1) if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(-1)
+        if np.may_share_memory(src, target):     # in place (the algorithms then see src is buf),
+            same = src.ctypes.data == target.ctypes.data and src.strides == target.strides
+            src = target if same else src.copy()  # or overlapping elsewhere: read a copy
+        buf = target
     if n > 1:
         impl = _impl(algorithm, comm)
-        src, buf = _source_and_buffer(arr)
+        if out is None:
+            src, buf = _source_and_buffer(arr)
         with _exchange(comm, "allreduce", algorithm, arr, reduce=op, timeout=timeout) as ex:
             impl.allreduce(ex, buf, _even_bounds(buf.size, n), ufunc, src)
-    else:
+    elif out is None:
         buf = _flat_copy(arr)
+    elif buf.ctypes.data != src.ctypes.data:
+        buf[...] = src
     finish(op, buf, n)
+    if out is not None:
+        return out
     out = wrap(buf.reshape(arr.shape))
     if isinstance(x, Tensor) and _autodiff.recording():
         _autodiff.record("allreduce", x, out, _allreduce_grad(x, out, op, algorithm, comm, timeout))
@@ -267,6 +285,18 @@ def _wrap_tensor(like, a):
         from flowlab.core.backends import backend_for_device
         a = backend_for_device(like._device).asarray(a, a.dtype)
     return Tensor(a, like._device)
+
+
+def _check_out(out, arr, what) -> np.ndarray:
+    """``out`` as a flat view, after checking it can hold ``what``'s result of ``arr``'s shape and dtype."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{what}: out must be a numpy array, got {type(out).__name__}")
+    if out.shape != arr.shape or out.dtype != arr.dtype:
+        raise ValueError(f"{what}: out has shape {out.shape} and dtype {out.dtype}; the result has shape "
+                         f"{arr.shape} and dtype {arr.dtype}")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError(f"{what}: out must be C-contiguous and writable")
+    return out.reshape(-1)
 
 
 def _flat_copy(arr) -> np.ndarray:

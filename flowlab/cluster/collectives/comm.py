@@ -85,6 +85,14 @@ class Communicator:
     def recv(self, timeout: float | None) -> tuple[int, dict, list]:
         raise NotImplementedError
 
+    def poll(self) -> tuple[int, dict, list] | None:
+        """A message that is already here, else None, without waiting (a transport may do this
+        without ``recv``'s spinning; this default asks ``recv`` for an instant)."""
+        try:
+            return self.recv(0.0)
+        except TimeoutError:
+            return None
+
     def close(self) -> None:
         pass
 

@@ -34,18 +34,23 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
+import zlib
 
 import numpy as np
 
 from ..events import now
 from . import ring
-from .shm import SHM_DIR, _unlink, map_segment
+from .shm import BOX_BYTES, SHM_DIR, STRONG_ORDER, _unlink, map_segment, spin_until, yield_until
 
 __all__ = ["SharedMemoryCollectives"]
 
 _ALIGN = 64
 MIN_WINDOW = 1 << 20
 ONE_SHOT_BYTES = 64 << 10     # allreduce of at most this many bytes: one round, no windows
+_WAIT_SPIN_S = 1e-3           # a box wait spins (or yields) this long between looks at the messages
+_WAIT_SLEEP_AFTER_S = 0.02    # ... and after this long also sleeps a little each time (a stopped peer)
+_EVENT_KEYS = ("peer", "step", "chunk", "part", "seq", "alg")
 
 
 class _Window:
@@ -88,6 +93,7 @@ class SharedMemoryCollectives:
         self._mine: _Window | None = None
         self._peers: dict = {}          # rank -> _Window
         self._calls = 0
+        self._sigs: dict = {}           # signature text -> (crc32, its bytes), for the box
 
     # -- the windows -------------------------------------------------------------------------------
     def _own(self, nbytes: int) -> _Window:
@@ -156,6 +162,8 @@ class SharedMemoryCollectives:
         n, r = ex.size, ex.rank
         half = self._next_call()
         if buf.nbytes <= ONE_SHOT_BYTES and not scatter_only:
+            if STRONG_ORDER and buf.nbytes <= BOX_BYTES:
+                return self._boxed(ex, buf, ufunc, src)
             return self._one_shot(ex, buf, ufunc, src)
         win = self._own(buf.nbytes)
         mine = win.view(half, buf.dtype, buf.size)
@@ -177,6 +185,82 @@ class SharedMemoryCollectives:
         for p in ((r,) if scatter_only else range(n)):
             buf[bounds[p]:bounds[p + 1]] = views[p][bounds[p]:bounds[p + 1]]
 
+    def _boxed(self, ex, buf, ufunc, src):
+        """A small tensor through the channels' boxes (:mod:`.shm`, "The box"): this rank puts
+        ``src`` in the box of every outgoing channel, with its call's sequence number as the ticket
+        (half: its parity) and a checksum of its signature, then reads every peer's box where it
+        lies and reduces all N in rank order (as :meth:`_one_shot`, without messages: no framing,
+        no wake-ups). A peer whose box shows another call (another signature, or a later ticket)
+        is a mismatch; a box that stays empty is waited for with the call's deadline."""
+        n, r, ticket = ex.size, ex.rank, ex.seq
+        half = ticket & 1
+        comm = self.comm
+        sig = self._sigs.get(ex.text)
+        if sig is None:
+            if len(self._sigs) > 1024:
+                self._sigs.clear()
+            raw = ex.text.encode()
+            sig = self._sigs[ex.text] = (zlib.crc32(raw), raw)
+        crc, raw = sig
+        log, name, alg, nbytes = ex.log, ex.name, ex.alg, src.nbytes
+        for p in range(n):
+            if p != r:
+                out = comm._out[p]
+                t0 = now()
+                if not out.box_free(half):
+                    self._await(ex, lambda: out.box_free(half), p)
+                out.box_put(half, ticket, crc, raw, src)
+                log.record_fields("send", name, t0, now(), nbytes, r, _EVENT_KEYS, (p, 0, 0, 0, ticket, alg))
+        got, boxes = [], []
+        for p in range(n):
+            if p == r:
+                got.append(src)
+                continue
+            t0 = now()
+            box = comm._in.get(p)
+            if box is None:           # its greeting has not been handled here yet
+                self._await(ex, lambda: p in comm._in, p)
+                box = comm._in[p]
+            boxes.append(box)
+            if box.box_ticket(half) != ticket:
+                self._await(ex, lambda: box.box_ticket(half) >= ticket or box.box_ticket(1 - half) > ticket, p)
+            theirs = box.box_ticket(half)
+            their_crc, _, payload = box.box_get(half, buf.dtype, buf.size)
+            if theirs != ticket or their_crc != crc or payload is None:
+                h = half if theirs >= box.box_ticket(1 - half) else 1 - half
+                ex._mismatch(p, ex.their_sig(box.box_sig(h), box.box_ticket(h)))
+            got.append(payload)
+            log.record_fields("recv", name, t0, now(), nbytes, r, _EVENT_KEYS, (p, 0, 0, 0, ticket, alg))
+        t0 = now()
+        if r >= 2 and src is buf:      # in place: the first step would overwrite this rank's term
+            got[r] = src.copy()
+        ufunc(got[0], got[1], out=buf)
+        for p in range(2, n):
+            ufunc(buf, got[p], out=buf)
+        for box in boxes:
+            box.box_done(half, ticket)
+        ex.reduced(t0, buf.nbytes * (n - 1), (r + 1) % n, 0)
+
+    def _await(self, ex, ready, peer):
+        """Wait until ``ready()`` (a peer's progress in shared memory), hearing aborts, lost peers
+        and the deadline meanwhile (:meth:`Exchange.check`, blaming ``peer``). Spins while there
+        is a core for each rank, else gives the core away between looks; after a while it also
+        sleeps a little between looks (a stopped peer must not cost a core until the deadline)."""
+        comm = self.comm
+        started = now()
+        while True:
+            if comm.spin and comm._cores_free():
+                got = spin_until(ready, _WAIT_SPIN_S)
+            else:
+                got = yield_until(ready, _WAIT_SPIN_S)
+            if got:
+                return
+            ex.check(peer)
+            if now() - started > _WAIT_SLEEP_AFTER_S:
+                time.sleep(2e-4)
+                if ready():
+                    return
+
     def _one_shot(self, ex, buf, ufunc, src):
         """A small tensor: send it to every peer, then every rank reduces all N in rank order."""
         n, r = ex.size, ex.rank
@@ -185,6 +269,8 @@ class SharedMemoryCollectives:
                 ex.send(peer, [src], 0)
         got = [src if p == r else ex.recv(p, 0)[0] for p in range(n)]
         t0 = now()
+        if r >= 2 and src is buf:      # in place: the first step would overwrite this rank's term
+            got[r] = src.copy()
         ufunc(got[0], got[1], out=buf)
         for p in range(2, n):
             ufunc(buf, got[p], out=buf)

@@ -7,7 +7,7 @@ sending side) carrying whole messages, each a small header and a list of arrays:
 
     u64 record length | u32 meta length | meta: marshal((header, [(dtype.str, shape), ...])) | the arrays' bytes
 
-A ring is a file of ``4096 + capacity`` bytes under ``/dev/shm``: a header with the counters,
+A ring is a file of ``4096 + capacity`` bytes (and the box, below) under ``/dev/shm``: a header with the counters,
 each on its own cache line (``head``: bytes ever written, only the producer writes it; ``tail``:
 bytes ever read, only the consumer writes it; ``rx_waiting``/``tx_waiting``: "I am about to
 sleep" flags, each holding a new number per sleep so that the other side pokes once per sleep;
@@ -42,6 +42,14 @@ in a virtual machine), unless there are more ranks on the host than usable cores
 moment, there are more runnable threads than cores (:func:`runnable`), a hard spin would steal
 the core its peer needs, so it looks at the counters between ``sched_yield`` calls instead
 (:func:`yield_until`): the peer, if queued, runs at once, and the waiter needs no wake-up.
+
+The box. Beside the ring, each segment holds a *box* for the small allreduce of ``algorithm=
+"native"`` (:mod:`.direct`): two halves of :data:`BOX_BYTES`, each with a line in the counter page
+that only the producer writes (ticket, signature checksum, size) and one that only the consumer
+writes (the last ticket it has read). The producer writes the payload and the signature, then the
+ticket; the consumer waits for the ticket it expects, reads the payload where it lies (no copy, no
+framing, no wake-up: the waiter spins), then stores the ticket as read. The producer writes a half
+again only once it has been read, so the box never needs a message.
 
 Memory order. x86-64 keeps stores in order and loads in order (TSO), and glibc's memcpy ends
 its non-temporal copies with ``sfence``: data written before ``head`` is visible to a reader that
@@ -86,6 +94,14 @@ _HDR = 4096
 _MAGIC = 0x31627A6C776F6C66          # b"flowlzb1", little-endian
 # slots of the counter page (u64 indexes; 8 apart = one 64-byte cache line each)
 _HEAD, _TAIL, _RXW, _TXW, _PCLOSED, _CCLOSED, _MAGIC_AT, _CAP_AT = (8 * i for i in range(8))
+# the box (see "The box" above): per half h, a producer line (ticket, crc, nbytes, signature
+# length) and a consumer line (the last ticket read)
+_BOX_TICKET, _BOX_CRC, _BOX_NBYTES, _BOX_SIGLEN = 64, 65, 66, 67
+_BOX_ACK = 72
+_BOX_LINES = 16                     # u64 slots from half 0's lines to half 1's
+BOX_BYTES = 64 << 10                # the most a box half carries
+_BOX_SIG = 1024                     # bytes for the sender's call signature, before the payload
+_BOX_HALF = _BOX_SIG + BOX_BYTES
 _PREFIX = struct.Struct("<QI")      # record length (prefix included), meta length
 _DTYPES: dict = {}
 _DSTRS: dict = {}
@@ -207,7 +223,7 @@ class _Ring:
         if create:
             if capacity <= 0 or capacity & (capacity - 1):
                 raise ValueError(f"a ring's capacity must be a power of two, got {capacity}")
-            self._map = map_segment(self.path, _HDR + capacity)
+            self._map = map_segment(self.path, _HDR + capacity + 2 * _BOX_HALF)
         else:
             try:
                 self._map = map_segment(self.path)
@@ -224,18 +240,19 @@ class _Ring:
         self.closed = False
         if create:
             self.ctr[_MAGIC_AT], self.ctr[_CAP_AT] = _MAGIC, capacity
-        elif self.ctr[_MAGIC_AT] != _MAGIC or self.ctr[_CAP_AT] + _HDR != len(self._map):
+        elif self.ctr[_MAGIC_AT] != _MAGIC or self.ctr[_CAP_AT] + _HDR + 2 * _BOX_HALF != len(self._map):
             self.close()
             raise ValueError(f"{self.path} is not a flowlab ring")
         self.cap = self.ctr[_CAP_AT]
         self.mask = self.cap - 1
         self.data = np.frombuffer(self._map, np.uint8, self.cap, _HDR)
+        self.box = np.frombuffer(self._map, np.uint8, 2 * _BOX_HALF, _HDR + self.cap)
 
     def close(self) -> None:
         if getattr(self, "_map", None) is None:
             return
         self.closed = True
-        self.data = None
+        self.data = self.box = None
         try:
             self.dmv.release()
             self.ctr.release()
@@ -387,6 +404,24 @@ class Outbound(_Ring):
     def full(self) -> bool:
         return self.head - self.ctr[_TAIL] >= self.cap
 
+    # -- the box ------------------------------------------------------------------------------------
+    def box_free(self, half: int) -> bool:
+        """Whether the consumer has read what this side last put in box half ``half``."""
+        at = _BOX_LINES * half
+        return self.ctr[_BOX_ACK + at] >= self.ctr[_BOX_TICKET + at]
+
+    def box_put(self, half: int, ticket: int, crc: int, sig: bytes, payload: np.ndarray) -> None:
+        """Put ``payload`` (at most :data:`BOX_BYTES`) in box half ``half`` (which must be free),
+        with the call's signature; publish ``ticket`` last."""
+        base, at = half * _BOX_HALF, _BOX_LINES * half
+        box, ctr = self.box, self.ctr
+        n = payload.nbytes
+        sig = sig[:_BOX_SIG]
+        box[base + _BOX_SIG:base + _BOX_SIG + n] = payload.reshape(-1).view(np.uint8)
+        box[base:base + len(sig)] = np.frombuffer(sig, np.uint8)
+        ctr[_BOX_CRC + at], ctr[_BOX_NBYTES + at], ctr[_BOX_SIGLEN + at] = crc, n, len(sig)
+        ctr[_BOX_TICKET + at] = ticket
+
     def set_waiting(self, on: bool) -> None:
         """Announce (with a new number) or end a sleep of the producer waiting for space."""
         if on:
@@ -460,6 +495,31 @@ class Inbound(_Ring):
 
     def producer_closed(self) -> bool:
         return bool(self.ctr[_PCLOSED])
+
+    # -- the box ------------------------------------------------------------------------------------
+    def box_ticket(self, half: int) -> int:
+        """The ticket the producer last published in box half ``half`` (0: none yet)."""
+        return self.ctr[_BOX_TICKET + _BOX_LINES * half]
+
+    def box_get(self, half: int, dtype, count: int):
+        """``(crc, nbytes, payload)`` of box half ``half``: the payload as ``count`` elements of
+        ``dtype``, read in place (valid until :meth:`box_done`), or None when nbytes differs."""
+        at, base = _BOX_LINES * half, half * _BOX_HALF + _BOX_SIG
+        ctr = self.ctr
+        crc, n = ctr[_BOX_CRC + at], ctr[_BOX_NBYTES + at]
+        nbytes = count * dtype.itemsize
+        payload = self.box[base:base + nbytes].view(dtype) if n == nbytes else None
+        return crc, n, payload
+
+    def box_sig(self, half: int) -> str:
+        """The signature text the producer put with box half ``half``."""
+        base = half * _BOX_HALF
+        n = min(self.ctr[_BOX_SIGLEN + _BOX_LINES * half], _BOX_SIG)
+        return self.box[base:base + n].tobytes().decode(errors="replace")
+
+    def box_done(self, half: int, ticket: int) -> None:
+        """Tell the producer box half ``half`` has been read (it may be written again)."""
+        self.ctr[_BOX_ACK + _BOX_LINES * half] = ticket
 
     def pump(self):
         """The next whole message ``(header, arrays)`` if it has arrived, else None (a message that

@@ -247,6 +247,30 @@ class ZmqCommunicator(Communicator):
         self._heard[item[0]] = time.monotonic()
         return item
 
+    def poll(self):
+        """A message that is already here (``(src, header, arrays)``), else None, without waiting;
+        raises :class:`PeerGone` as ``recv`` does. For a rank that waits on a shared-memory box
+        (:mod:`.direct`) and must still hear aborts and lost peers."""
+        if self._closed:
+            raise PeerGone([self.rank], "closed (its communicator was closed)")
+        self._active += 1
+        try:
+            item = self._poll()
+            if item is None and self._queued:
+                self._push()
+            if item is None:
+                gone = self._find_gone()
+                if gone:
+                    item = self._poll()     # what they sent before they went comes first
+                    if item is None:
+                        self._told.update(gone)
+                        raise PeerGone(sorted(gone), _reason(gone))
+        finally:
+            self._active -= 1
+        if item is not None:
+            self._heard[item[0]] = time.monotonic()
+        return item
+
     def flush(self, deadline: float) -> None:
         """Move this rank's queued shared-memory data into the rings before the collective returns
         (until ``deadline``, a ``time.perf_counter()`` value, or until the rings have not moved for
