@@ -16,7 +16,11 @@ every other (:class:`~.zmq.ZmqCommunicator` with all channels ``"shm"``). Each r
 Each rank copies about (2N - 1)B/N bytes and reads B to reduce, with two rounds of small
 messages (the ring moves as many bytes but in 2(N - 1) rounds, each through a ring buffer).
 An allreduce of at most :data:`ONE_SHOT_BYTES` takes one round instead: every rank sends its
-tensor to every peer and reduces all N in rank order (latency counts there, not bandwidth).
+tensor to every peer and reduces all N in rank order (latency counts there, not bandwidth). On
+x86-64 that round goes through the *boxes* beside the channels' rings (:mod:`.shm`, "The box"):
+the tensor, a checksum of the call's signature and the call's sequence number as a ticket,
+written straight into shared memory and read where it lies, without a message (about half the
+time of a message round); a box that shows another call is a mismatch error.
 Taking turns between the halves is what makes reuse safe without a third round: every native
 call counts (one-shot and barrier too), and a rank writes half h again only in native call g + 2,
 after it heard from every peer in call g + 1, which each peer does only once it has finished
