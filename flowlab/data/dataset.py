@@ -365,8 +365,9 @@ class Dataset:
                     return
                 yield map_structure(lambda *ts: _stack(ts), *elements)
         leading = batch_size if drop_remainder else None
-        return _Stage(self, run, lambda spec: map_structure(
+        stage = _Stage(self, run, lambda spec: map_structure(
             lambda s: TensorSpec([leading, *s.shape], s.dtype), spec), "batch", _batches(batch_size, drop_remainder))
+        return _batch_stage(stage, batch_size, drop_remainder, lambda ds, n: ds.batch(n, drop_remainder))
 
     def padded_batch(self, batch_size, padded_shapes=None, padding_values=None, drop_remainder=False) -> "Dataset":
         """Like ``batch``, for elements whose components differ in shape: each component is padded to
@@ -397,7 +398,9 @@ class Dataset:
         def spec_rule(spec):
             shapes = iter([as_padded_shape(v, p) for p, v in up_to(spec, padded_shapes, "padded_shapes")])
             return map_structure(lambda s: padded_spec(s, next(shapes), leading), spec)
-        return _Stage(self, run, spec_rule, "padded_batch", _batches(batch_size, drop_remainder))
+        stage = _Stage(self, run, spec_rule, "padded_batch", _batches(batch_size, drop_remainder))
+        return _batch_stage(stage, batch_size, drop_remainder,
+                            lambda ds, n: ds.padded_batch(n, padded_shapes, padding_values, drop_remainder))
 
     def unbatch(self) -> "Dataset":
         """Split every element along axis 0 into its rows (the inverse of ``batch``)."""
@@ -500,6 +503,13 @@ class Dataset:
         stage = _Stage(self, None, "same", None)
         stage._options = options
         return stage
+
+
+def _batch_stage(stage, batch_size, drop_remainder, rebatch):
+    """Mark ``stage`` as a batch stage for auto-sharding (``_autoshard.py``): its batch size, and
+    ``rebatch(input, n)``, the same stage over another input with ``n`` elements a batch."""
+    stage._batch = (batch_size, drop_remainder, rebatch)
+    return stage
 
 
 def _batches(batch_size, drop_remainder):

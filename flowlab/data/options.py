@@ -14,10 +14,12 @@ pipeline is iterated, so ``with_options`` may come last.
 """
 from __future__ import annotations
 
+import enum
 import os
 from typing import NamedTuple
 
-__all__ = ["AUTOTUNE", "Options", "AutotuneOptions", "StatsOptions", "ThreadingOptions"]
+__all__ = ["AUTOTUNE", "Options", "AutotuneOptions", "StatsOptions", "ThreadingOptions", "DistributeOptions",
+           "AutoShardPolicy"]
 
 #: Pass as a map's parallelism or a prefetch buffer size to let flowlab choose. The stage starts small
 #: (1 worker, 1 element) and grows while its consumer waits on it, within ``Options.autotune``'s limits
@@ -85,16 +87,49 @@ class ThreadingOptions(_Group):
     _fields = {"private_threadpool_size": 0, "max_intra_op_parallelism": 1}
 
 
+class AutoShardPolicy(enum.IntEnum):
+    """How ``strategy.experimental_distribute_dataset`` splits a pipeline's input over worker
+    processes (set it in ``Options().experimental_distribute.auto_shard_policy``; what each one does
+    is in :mod:`flowlab.distribute.input`). With one worker process every policy reads the same.
+
+    - ``AUTO`` (the default): every worker reads the global batches and keeps its replicas' slices.
+    - ``FILE``: every worker reads only its share of the input files.
+    - ``DATA``: every worker reads everything and keeps every ``num_workers``-th element.
+    - ``OFF``: no sharding; each worker's batches are its own."""
+    OFF = -1
+    AUTO = 0
+    FILE = 1
+    DATA = 2
+
+
+class DistributeOptions(_Group):
+    """``auto_shard_policy`` (default ``AutoShardPolicy.AUTO``): how a distribution strategy splits the
+    pipeline over worker processes (see :class:`AutoShardPolicy`)."""
+    _fields = {"auto_shard_policy": AutoShardPolicy.AUTO}
+
+    def __setattr__(self, name, value):
+        if name == "auto_shard_policy" and value is not None:
+            try:
+                value = AutoShardPolicy(value) if not isinstance(value, str) else AutoShardPolicy[value.upper()]
+            except (KeyError, ValueError):
+                raise ValueError(f"auto_shard_policy must be one of fl.data.AutoShardPolicy "
+                                 f"{[p.name for p in AutoShardPolicy]}, got {value!r}") from None
+        super().__setattr__(name, value)
+
+
 class Options(_Group):
     """Pipeline-wide settings. ``deterministic`` (default True): whether parallel stages keep input order
-    when their own ``deterministic`` argument is None. ``autotune``, ``stats``, ``threading``: groups above."""
-    _fields = {"deterministic": True, "autotune": None, "stats": None, "threading": None}
+    when their own ``deterministic`` argument is None. ``autotune``, ``stats``, ``threading``,
+    ``experimental_distribute``: groups above."""
+    _fields = {"deterministic": True, "autotune": None, "stats": None, "threading": None,
+               "experimental_distribute": None}
 
     def __init__(self, **values):
         super().__init__()
         object.__setattr__(self, "autotune", AutotuneOptions())
         object.__setattr__(self, "stats", StatsOptions())
         object.__setattr__(self, "threading", ThreadingOptions())
+        object.__setattr__(self, "experimental_distribute", DistributeOptions())
         for name, value in values.items():
             setattr(self, name, value)
 
