@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import collections
 import marshal
+import os
 import time
 import weakref
 
@@ -45,17 +46,42 @@ _TAG_HEADER, _TAG_DATA = 1, 2
 _SIG_BYTES = 1024   # room for one call signature in the native pre-check
 
 
+_YIELD_S = 2e-3        # how long a wait looks at its request between sched_yield calls before it sleeps
+_SLEEP_S = (2e-5, 2.5e-4)   # then sleeps this long, growing from the first to the second
+
+
 def _poll(test, deadline):
-    """Call ``test()`` until it is true: spin briefly, then back off to 1 ms sleeps. False at the deadline."""
-    spins, pause = 0, 2e-5
-    while not test():
-        if deadline is not None and time.perf_counter() >= deadline:
+    """Call ``test()`` until it is true; False once ``deadline`` (a ``perf_counter`` time, or None)
+    passes. MPI moves messages only while a rank is inside MPI, so the wait calls ``test()`` (which
+    drives MPI's progress) back to back for ``_YIELD_S``, giving the core away (``sched_yield``)
+    between calls so a peer waiting for this core runs at once; only a longer wait sleeps, from 20 us
+    growing to 250 us: a few percent of one core (measured: 35 ms of CPU in a 1 s wait), and about
+    0.3 ms late at most (the 1 ms sleeps this replaced made collectives up to 1 ms late; on a busy
+    host a 4 KiB native allreduce took ~950 us instead of ~90)."""
+    if test():
+        return True
+    now = time.perf_counter()
+    stop_yielding = now + _YIELD_S
+    yield_ = os.sched_yield
+    while now < stop_yielding:
+        yield_()
+        if test():
+            return True
+        now = time.perf_counter()
+        if deadline is not None and now >= deadline:
             return False
-        spins += 1
-        if spins > 200:
+    pause = _SLEEP_S[0]
+    while True:
+        if deadline is not None:
+            if now >= deadline:
+                return test()
+            time.sleep(min(pause, deadline - now))
+        else:
             time.sleep(pause)
-            pause = min(1e-3, pause * 1.5)
-    return True
+        if test():
+            return True
+        pause = min(_SLEEP_S[1], pause * 1.5)
+        now = time.perf_counter()
 
 
 class MPICommunicator(Communicator):
