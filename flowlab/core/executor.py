@@ -89,20 +89,37 @@ class Plan:
             return self.interpret(arrays, traced=True)
         try:
             return self._run(*arrays)
-        except OpError:
-            raise
+        except OpError as e:
+            raise self._name_node(e)
         except Exception as e:  # noqa: BLE001 - name the node that failed (without running anything again)
             raise self._explain_failure(e) from None
 
-    def _explain_failure(self, error):
-        """The error for a kernel that failed inside the generated code: the node is found from the
-        traceback's line in that code, its inputs from the frame's variables."""
+    def _failed_at(self, error):
+        """(frame, line, node) of the generated code where ``error`` was raised (None if not there)."""
         tb, frame, line = error.__traceback__, None, None
         while tb is not None:
             if tb.tb_frame.f_code.co_filename == self._filename:
                 frame, line = tb.tb_frame, tb.tb_lineno
             tb = tb.tb_next
-        node = self._line_node.get(line)
+        return frame, line, self._line_node.get(line)
+
+    def _name_node(self, error):
+        """An OpError a kernel raised itself (check_numerics) inside the generated code knows no graph
+        node: its message gets the node's name (which carries name scopes such as ``replica_1``)."""
+        _, line, node = self._failed_at(error)
+        msg = str(error)
+        if node is None or node.name in msg or not error.args:
+            return error
+        where = f"{node.source} (graph node {node.name})" if node.source else f"graph node {node.name}"
+        here = f"{self._filename}:{line}"
+        error.args = (msg.replace(here, where) if here in msg else f"{msg}\n  in {where}",) + error.args[1:]
+        error.source = where if getattr(error, "source", None) in (None, here) else error.source
+        return error
+
+    def _explain_failure(self, error):
+        """The error for a kernel that failed inside the generated code: the node is found from the
+        traceback's line in that code, its inputs from the frame's variables."""
+        frame, _, node = self._failed_at(error)
         if node is None:
             return error
         feeds = {id(t.node): f"f{i}" for i, t in enumerate(self.feeds)}
