@@ -239,19 +239,16 @@ class Exchange:
             try:
                 item = self.comm.poll()
             except PeerGone as e:
-                if self.rank in e.peers or peer in e.peers:
+                self._note_gone(e)
+                if peer in e.peers:
                     self._lost(e)
-                for p in e.peers:
-                    st.gone.setdefault(p, e.reason)
                 continue
             if item is None:
                 return
             src, header, arrays = item
             q = header.get("q")
             if q is None:
-                abort = header.get("abort")
-                if abort is not None:
-                    self._on_abort(src, abort, peer)
+                self._heard_abort(src, header, peer)
                 continue
             if q == self.seq and header["s"] != self.text:
                 self._mismatch(src, _their_sig(header))
@@ -283,22 +280,30 @@ class Exchange:
             except TimeoutError:
                 self._timed_out(peer)
             except PeerGone as e:
-                if self.rank in e.peers:
-                    self._lost(e)
-                for p in e.peers:      # keep waiting for ``peer``: if it needs the lost one, it tells us
-                    st.gone.setdefault(p, e.reason)
+                self._note_gone(e)     # keep waiting for ``peer``: if it needs the lost one, it tells us
                 continue
             q = header.get("q")
             if q is None:
-                abort = header.get("abort")
-                if abort is not None:
-                    self._on_abort(src, abort, peer)
+                self._heard_abort(src, header, peer)
                 continue
             if q < oldest:
                 continue   # a leftover: nobody will read it (see the module docstring)
             if src == peer:
                 return header, arrays
             st.stash.setdefault(src, collections.deque()).append((header, arrays))
+
+    def _note_gone(self, e: PeerGone) -> None:
+        """The transport says ``e.peers`` are gone: fail if this rank is one of them, else remember them."""
+        if self.rank in e.peers:
+            self._lost(e)
+        for p in e.peers:
+            self.st.gone.setdefault(p, e.reason)
+
+    def _heard_abort(self, src, header, waiting) -> None:
+        """A message without a sequence number: an abort (raise here), or nothing this call needs."""
+        abort = header.get("abort")
+        if abort is not None:
+            self._on_abort(src, abort, waiting)
 
     # -- failing, on every rank -----------------------------------------------------------------
     def _broadcast_abort(self, info: dict, skip=()) -> None:

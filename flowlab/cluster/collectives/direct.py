@@ -235,15 +235,9 @@ class SharedMemoryCollectives:
                 ex._mismatch(p, ex.their_sig(box.box_sig(h), box.box_ticket(h)))
             got.append(payload)
             log.record_fields("recv", name, t0, now(), nbytes, r, _EVENT_KEYS, (p, 0, 0, 0, ticket, alg))
-        t0 = now()
-        if r >= 2 and src is buf:      # in place: the first step would overwrite this rank's term
-            got[r] = src.copy()
-        ufunc(got[0], got[1], out=buf)
-        for p in range(2, n):
-            ufunc(buf, got[p], out=buf)
+        _reduce_all(ex, got, buf, src, ufunc)
         for box in boxes:
             box.box_done(half, ticket)
-        ex.reduced(t0, buf.nbytes * (n - 1), (r + 1) % n, 0)
 
     def _await(self, ex, ready, peer):
         """Wait until ``ready()`` (a peer's progress in shared memory), hearing aborts, lost peers
@@ -272,13 +266,7 @@ class SharedMemoryCollectives:
             if peer != r:
                 ex.send(peer, [src], 0)
         got = [src if p == r else ex.recv(p, 0)[0] for p in range(n)]
-        t0 = now()
-        if r >= 2 and src is buf:      # in place: the first step would overwrite this rank's term
-            got[r] = src.copy()
-        ufunc(got[0], got[1], out=buf)
-        for p in range(2, n):
-            ufunc(buf, got[p], out=buf)
-        ex.reduced(t0, buf.nbytes * (n - 1), (r + 1) % n, 0)
+        _reduce_all(ex, got, buf, src, ufunc)
 
     def reduce_scatter(self, ex, buf, bounds, ufunc, src=None):
         self.allreduce(ex, buf, bounds, ufunc, src, scatter_only=True)
@@ -310,3 +298,16 @@ class SharedMemoryCollectives:
     def barrier(self, ex):
         self._next_call()
         ring.allreduce(ex, np.zeros(0, np.int8), [0] * (ex.size + 1), np.add)
+
+
+def _reduce_all(ex, got, buf, src, ufunc):
+    """``buf`` = every rank's term (``got``, in rank order) combined in rank order, so every rank
+    gets the same bits; ``src`` is this rank's own term (it may be ``buf`` itself: in place)."""
+    n, r = ex.size, ex.rank
+    t0 = now()
+    if r >= 2 and src is buf:      # in place: the first step would overwrite this rank's term
+        got[r] = src.copy()
+    ufunc(got[0], got[1], out=buf)
+    for p in range(2, n):
+        ufunc(buf, got[p], out=buf)
+    ex.reduced(t0, buf.nbytes * (n - 1), (r + 1) % n, 0)
