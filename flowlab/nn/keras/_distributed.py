@@ -1,18 +1,38 @@
 """``fit``/``evaluate`` under a distribution strategy (the one whose scope ``compile`` ran in).
 
-Each step is eager around ``strategy.run`` (a custom loop can trace ``strategy.run`` whole, see
-flowlab/distribute/_traced.py; fit does not yet): the global batch is split over
-the replicas (``strategy.experimental_distribute_dataset``), and each replica runs the forward
-pass, the loss and the gradients as one traced ``@fl.function`` (``run_eagerly=False``), then
-``optimizer.apply_gradients`` eagerly, where the strategy's replica hook sums the gradients over
-every replica and applies them once. Each replica's gradient is that of its mean loss times
-(its batch size / the global batch size), so the sum is exactly the gradient of the global batch's
-mean loss, as on one replica. The metrics are shared by the replica threads: their updates take a
-lock. At the end of an epoch every worker reduces each log with ``strategy.reduce`` (a collective).
+The global batch is split over the replicas as ``strategy.experimental_distribute_dataset`` splits
+it (with several workers, each keeps its own replicas' pieces). Each replica's gradient is that of
+its mean loss times (its piece's size / the global batch size), so the sum over the replicas is
+exactly the gradient of the global batch's mean loss, as on one replica. A replica whose piece is
+empty (a global batch smaller than the number of replicas, or a short last batch) computes
+nothing and adds zero gradients, since the all-reduce needs every replica. The loss tracker is
+updated with each piece's mean loss weighted by the piece's size, and each compiled metric with
+each piece, so the logs are those of one replica. At the end of an epoch every worker averages
+each log over the workers with ``strategy.reduce`` (a collective).
+
+Traced (``run_eagerly=False``, the default; :class:`TracedStep`): the whole step is one
+``@fl.function`` over the replicas' pieces that calls ``strategy.run(replica_step)``, which the
+strategy traces (flowlab/distribute/_traced.py): every replica's forward pass, loss, gradient and
+metric updates become parts of one graph, each on its replica's device, and its
+``optimizer.apply_gradients`` adds the gradient sum (the all-reduce node across workers for
+MultiWorkerMirroredStrategy) and the one update. There are no replica threads, and a step is one
+call of the compiled plan. A trace is made for each distinct global batch shape, on its first
+batch, and kept with the model until it is recompiled: a typical epoch makes one trace, or two
+when the last batch is smaller, and later epochs (and later ``fit`` calls) reuse them. Which rows
+of a global batch each local replica takes is learnt once per batch size, by distributing the row
+numbers through the strategy; each step then just slices the arrays.
+
+Eager (``run_eagerly=True``, or a strategy that cannot trace ``strategy.run``: ``_no_traced_run``
+set; :func:`eager_runner`): each step runs ``strategy.run`` on the replicas' threads; each replica
+computes its loss and gradients (as one traced ``@fl.function`` of its own, unless
+``run_eagerly=True``), then calls ``optimizer.apply_gradients`` eagerly, where the strategy's
+replica hook sums the gradients over every replica and applies them once. The metrics are shared
+by the replica threads: their updates take a lock.
 """
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numpy as np
 
@@ -21,10 +41,11 @@ from ...core.function import TensorSpec, function
 from ...core.tape import GradientTape
 from ...core.tensor import convert_to_tensor
 
-__all__ = ["strategy_of", "runner", "reduce_logs", "shared_seed", "is_chief", "current_strategy",
-           "set_strategy_hook"]
+__all__ = ["strategy_of", "runner", "TracedStep", "eager_runner", "reduce_logs", "shared_seed", "is_chief",
+           "current_strategy", "set_strategy_hook"]
 
 _strategy_hook = None
+_MANY_SHAPES = 5     # a traced step warns when it is called with more global batch shapes than this
 
 
 def set_strategy_hook(fn):
@@ -76,8 +97,104 @@ def _check_default_step(model, kind):
 
 
 def runner(model, strategy, kind, specs):
-    """``run(*global_batch_arrays)``: one distributed ``kind`` step ("train" or "test")."""
+    """``run(*global_batch_arrays)``: one distributed ``kind`` step ("train" or "test"): the traced
+    step of :class:`TracedStep`, or, with ``run_eagerly=True`` or a strategy that cannot trace
+    ``strategy.run`` (``_no_traced_run``), the eager step of :func:`eager_runner`."""
     _check_default_step(model, kind)
+    if model.run_eagerly or getattr(strategy, "_no_traced_run", None):
+        return eager_runner(model, strategy, kind, specs)
+    return TracedStep(model, strategy, kind, len(specs))
+
+
+class TracedStep:
+    """One ``@fl.function`` per step: ``strategy.run`` of the replica step (forward, loss scaled by
+    the piece's share of the global batch, ``tape.gradient``, the metrics' updates and
+    ``apply_gradients``), traced whole. Called with a global batch's arrays: the rows each local
+    replica takes (the strategy's own split, learnt once per batch size by distributing the row
+    numbers) are sliced out and fed to the trace for that size (traced on its first batch)."""
+
+    def __init__(self, model, strategy, kind, n_parts):
+        self.model, self.strategy, self.kind, self.n_parts = model, strategy, kind, n_parts
+        self.name = f"{model.name}_distributed_{kind}_step"
+        self.function = function(self._step, name=self.name)
+        self.function._warned = True    # its advice (tensor arguments, input_signature) does not apply: see _plan
+        self._plans: dict = {}      # (shape, dtype) of each global batch array -> (trace, rows per local replica, call)
+
+    @property
+    def trace_count(self) -> int:
+        """How many traces the step has made (one per distinct global batch shape)."""
+        return self.function.experimental_get_tracing_count()
+
+    def __call__(self, *batch):
+        arrays = [np.asarray(a) for a in batch]
+        key = tuple((a.shape, a.dtype) for a in arrays)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(arrays)
+        _, rows, call = plan
+        call(*[a[r] for r in rows for a in arrays])
+        return None
+
+    def _plan(self, arrays):
+        s = self.strategy
+        size = int(arrays[0].shape[0])
+        # which rows of a global batch of `size` go to each local replica: the strategy's split of 0..size-1
+        index = next(iter(s.experimental_distribute_dataset([(np.arange(size),)])))
+        rows = []
+        for part in s.experimental_local_results(index):
+            idx = np.asarray(part[0], dtype=np.int64)
+            start = int(idx[0]) if idx.size else 0
+            contiguous = np.array_equal(idx, np.arange(start, start + idx.size))
+            rows.append(slice(start, start + idx.size) if contiguous else idx)     # a view where it can be
+        pieces = next(iter(s.experimental_distribute_dataset([tuple(arrays)])))
+        if len(self._plans) == _MANY_SHAPES:
+            warnings.warn(f"{self.name}: {self.kind} batches of {_MANY_SHAPES + 1} different shapes so far under "
+                          f"{type(s).__name__}, and each shape is traced anew (the replicas' pieces are "
+                          f"shaped statically): give batches of one size (e.g. batch(..., drop_remainder=True)), "
+                          f"or compile with run_eagerly=True", stacklevel=5)
+        concrete = self.function.get_concrete_function(pieces, size)
+        # the pieces have the shapes and dtypes the trace was made for (the key): no per-call checks
+        fits = [p._dtype for p in concrete.inputs] == [a.dtype for _ in rows for a in arrays]
+        return concrete, rows, (concrete.unchecked_call if fits else concrete)
+
+    def _step(self, pieces, global_size):
+        self.strategy.run(self._replica_step, args=(pieces, global_size))
+        return None
+
+    def _replica_step(self, parts, global_size):
+        model = self.model
+        parts = tuple(parts)
+        x, y = parts[0], parts[1]
+        sw = parts[2] if self.n_parts > 2 else None
+        size = int(x.shape[0])
+        if self.kind == "train":
+            variables = model.trainable_variables
+            if size:
+                with GradientTape() as tape:
+                    y_pred = model(x, training=True)
+                    loss = model.loss(y, y_pred, sw)
+                    scaled = loss * convert_to_tensor(np.float32(size / global_size))
+                grads = list(tape.gradient(scaled, variables))
+                _update_metrics(model, y, sw, loss, y_pred, size)
+            else:       # nothing to compute here, but the gradient all-reduce needs this replica
+                grads = [convert_to_tensor(np.zeros(tuple(v.shape), v.dtype.as_numpy_dtype)) for v in variables]
+            model.optimizer.apply_gradients(zip(grads, variables))
+        elif size:
+            y_pred = model(x, training=False)
+            _update_metrics(model, y, sw, model.loss(y, y_pred, sw), y_pred, size)
+        return None
+
+
+def _update_metrics(model, y, sw, loss, y_pred, size):
+    """The loss tracker weighted by the piece's size, then each compiled metric with the piece."""
+    model._loss_tracker.update_state(loss, sample_weight=float(size))
+    for m in model._compiled_metrics:
+        m.update_state(y, y_pred, sw)
+
+
+def eager_runner(model, strategy, kind, specs):
+    """The eager step: ``strategy.run`` on the replica threads, each replica's forward pass, loss and
+    gradients traced per replica (or eager with ``run_eagerly=True``), ``apply_gradients`` eager."""
     lock = threading.Lock()
     eager = model.run_eagerly
     n_parts = len(specs)

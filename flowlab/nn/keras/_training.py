@@ -7,7 +7,9 @@ and metric totals are nodes of the graph, and nothing is converted to Python num
 unless a callback asks for a batch's logs (``callbacks.BatchLogs`` reads them on demand).
 
 A model compiled in a distribution strategy's scope (with more than one replica) trains and
-evaluates through :mod:`._distributed` instead: eager steps around ``strategy.run``.
+evaluates through :mod:`._distributed` instead: one ``@fl.function`` per step around
+``strategy.run`` (one trace per global batch shape), or eager steps around it with
+``run_eagerly=True``.
 """
 from __future__ import annotations
 
@@ -90,7 +92,7 @@ def _runner(model, kind, batch, what, data=None):
     specs = _data.specs_of(batch[:1] if kind == "predict" else batch)
     shape, dtype = specs[0]
     strategy = _distributed.strategy_of(model) if kind != "predict" else None
-    if strategy is not None:       # eager around strategy.run; see _distributed
+    if strategy is not None:       # strategy.run traced whole, or eager around it; see _distributed
         with strategy.scope():
             model._ensure_built(shape, np.dtype(dtype).name)
         key = ("distributed", kind, tuple((tuple(s), np.dtype(d).str) for s, d in specs))
