@@ -270,8 +270,11 @@ def test_a_box_call_against_another_algorithm_is_a_mismatch_at_once(group):
     for text, took in run(comms, body):
         assert "native" in text and "ring" in text, text
         assert took < 10, took          # not the 30 s deadline: the ring's message names the other call
-    again = run(comms, lambda c: C.allreduce(np.ones(3, np.float32), "sum", "native", comm=c, timeout=30))
-    assert all(np.array_equal(a, [2, 2, 2]) for a in again)
+    t0 = time.perf_counter()
+    for _ in range(4):      # both halves of every box again: the unread box of the failed call is no obstacle
+        again = run(comms, lambda c: C.allreduce(np.ones(3, np.float32), "sum", "native", comm=c, timeout=10))
+        assert all(np.array_equal(a, [2, 2, 2]) for a in again)
+    assert time.perf_counter() - t0 < 5
 
 
 @pytest.mark.parametrize("size", [7, 20_001, (1 << 20) + 3], ids=["box", "one-shot", "windows"])

@@ -195,3 +195,20 @@ def test_host_identity_names_machine_boot_and_user():
     ident = shm.host_identity()
     assert ident == shm.host_identity()
     assert f"uid{os.getuid()}" in ident and ident.count("|") >= 4
+
+
+def test_the_box_hands_over_tickets_and_is_rewritten_only_when_read_or_abandoned(pair):
+    out, inb = pair.out, pair.inb
+    x = np.arange(10, dtype=np.float32)
+    assert out.box_free(0) and inb.box_ticket(0) == 0
+    out.box_put(0, 3, 1234, b'{"op":"allreduce"}', x)
+    crc, nbytes, payload = inb.box_get(0, np.dtype(np.float32), 10)
+    assert (inb.box_ticket(0), crc, nbytes, inb.box_sig(0)) == (3, 1234, 40, '{"op":"allreduce"}')
+    np.testing.assert_array_equal(payload, x)
+    assert inb.box_get(0, np.dtype(np.float32), 11)[2] is None       # another size: no payload
+    assert not out.box_free(0)                    # not read yet: the producer must wait
+    assert out.box_free(0, abandoned=3)           # unless its call 3 failed: nobody will read it
+    inb.box_done(0, 3)
+    assert out.box_free(0) and out.box_free(1)
+    out.box_put(0, 5, 1234, b"{}", x + 1)         # the ticket changes under a reader that held 3
+    assert inb.box_ticket(0) == 5 and inb.box_get(0, np.dtype(np.float32), 10)[2][0] == 1.0

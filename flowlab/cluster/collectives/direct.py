@@ -45,6 +45,7 @@ import numpy as np
 
 from ..events import now
 from . import ring
+from .errors import CollectiveError
 from .shm import BOX_BYTES, SHM_DIR, STRONG_ORDER, _unlink, map_segment, spin_until, yield_until
 
 __all__ = ["SharedMemoryCollectives"]
@@ -207,12 +208,13 @@ class SharedMemoryCollectives:
             sig = self._sigs[ex.text] = (zlib.crc32(raw), raw)
         crc, raw = sig
         log, name, alg, nbytes = ex.log, ex.name, ex.alg, src.nbytes
+        gave_up = ex.st.failed_seq       # this rank's boxes of calls it gave up will never be read
         for p in range(n):
             if p != r:
                 out = comm._out[p]
                 t0 = now()
-                if not out.box_free(half):
-                    self._await(ex, lambda: out.box_free(half), p)
+                if not out.box_free(half, gave_up):
+                    self._await(ex, lambda: out.box_free(half, gave_up), p)
                 out.box_put(half, ticket, crc, raw, src)
                 log.record_fields("send", name, t0, now(), nbytes, r, _EVENT_KEYS, (p, 0, 0, 0, ticket, alg))
         got, boxes = [], []
@@ -225,7 +227,7 @@ class SharedMemoryCollectives:
             if box is None:           # its greeting has not been handled here yet
                 self._await(ex, lambda: p in comm._in, p)
                 box = comm._in[p]
-            boxes.append(box)
+            boxes.append((p, box))
             if box.box_ticket(half) != ticket:
                 self._await(ex, lambda: box.box_ticket(half) >= ticket or box.box_ticket(1 - half) > ticket, p)
             theirs = box.box_ticket(half)
@@ -236,7 +238,10 @@ class SharedMemoryCollectives:
             got.append(payload)
             log.record_fields("recv", name, t0, now(), nbytes, r, _EVENT_KEYS, (p, 0, 0, 0, ticket, alg))
         _reduce_all(ex, got, buf, src, ufunc)
-        for box in boxes:
+        for p, box in boxes:
+            if box.box_ticket(half) != ticket:     # rewritten while read: the peer gave this call up
+                ex._fail(CollectiveError(f"{ex.name} #{ticket} on rank {r} failed: rank {p} gave the call up "
+                                         f"while this rank read its tensor", ex.name, ticket, r, (p,)))
             box.box_done(half, ticket)
 
     def _await(self, ex, ready, peer):

@@ -49,7 +49,10 @@ that only the producer writes (ticket, signature checksum, size) and one that on
 writes (the last ticket it has read). The producer writes the payload and the signature, then the
 ticket; the consumer waits for the ticket it expects, reads the payload where it lies (no copy, no
 framing, no wake-up: the waiter spins), then stores the ticket as read. The producer writes a half
-again only once it has been read, so the box never needs a message.
+again only once it has been read (or when the call it was for failed on the producer's side: the
+consumer never reads an old call's ticket), so the box never needs a message. The producer
+clears the ticket before it writes, and the consumer checks the ticket again after reading, so a
+payload rewritten under a reader (possible only after a failed call) is an error, never a wrong sum.
 
 Memory order. x86-64 keeps stores in order and loads in order (TSO), and glibc's memcpy ends
 its non-temporal copies with ``sfence``: data written before ``head`` is visible to a reader that
@@ -405,18 +408,23 @@ class Outbound(_Ring):
         return self.head - self.ctr[_TAIL] >= self.cap
 
     # -- the box ------------------------------------------------------------------------------------
-    def box_free(self, half: int) -> bool:
-        """Whether the consumer has read what this side last put in box half ``half``."""
+    def box_free(self, half: int, abandoned: int = 0) -> bool:
+        """Whether box half ``half`` may be written: the consumer has read what this side last put
+        there, or that was for a call this side gave up (a ticket up to ``abandoned``), which the
+        consumer will never read (it reads only its current call's ticket)."""
         at = _BOX_LINES * half
-        return self.ctr[_BOX_ACK + at] >= self.ctr[_BOX_TICKET + at]
+        ticket = self.ctr[_BOX_TICKET + at]
+        return self.ctr[_BOX_ACK + at] >= ticket or ticket <= abandoned
 
     def box_put(self, half: int, ticket: int, crc: int, sig: bytes, payload: np.ndarray) -> None:
         """Put ``payload`` (at most :data:`BOX_BYTES`) in box half ``half`` (which must be free),
-        with the call's signature; publish ``ticket`` last."""
+        with the call's signature. The ticket is cleared first and published last, so a consumer
+        that finds the same ticket before and after reading knows it read one whole payload."""
         base, at = half * _BOX_HALF, _BOX_LINES * half
         box, ctr = self.box, self.ctr
         n = payload.nbytes
         sig = sig[:_BOX_SIG]
+        ctr[_BOX_TICKET + at] = 0
         box[base + _BOX_SIG:base + _BOX_SIG + n] = payload.reshape(-1).view(np.uint8)
         box[base:base + len(sig)] = np.frombuffer(sig, np.uint8)
         ctr[_BOX_CRC + at], ctr[_BOX_NBYTES + at], ctr[_BOX_SIGLEN + at] = crc, n, len(sig)
