@@ -4,30 +4,9 @@ import numpy as np
 import pytest
 
 import flowlab as fl
+from _distribute_helpers import GLOBAL_BATCH, mlp_loss, mlp_variables, reference_weights, regression_data
 
 pytestmark = pytest.mark.process
-GLOBAL_BATCH = 12
-
-
-def _data():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(24, 5)).astype(np.float32)
-    y = (x @ rng.normal(size=(5, 1)) + 0.3).astype(np.float32)
-    return x, y
-
-
-def _model(seed):
-    import flowlab as fl
-    rng = np.random.default_rng(seed)
-    return [fl.Variable(rng.normal(size=(5, 8)).astype(np.float32) * 0.5), fl.Variable(np.zeros(8, np.float32)),
-            fl.Variable(rng.normal(size=(8, 1)).astype(np.float32) * 0.5)]
-
-
-def _loss(variables, xb, yb, scale):
-    import flowlab as fl
-    w1, b1, w2 = variables
-    err = fl.matmul(fl.nn.relu(fl.matmul(xb, w1) + b1), w2) - yb
-    return fl.reduce_sum(err * err) / scale
 
 
 def train_strategy(seed=1, steps=3):
@@ -35,15 +14,15 @@ def train_strategy(seed=1, steps=3):
     import flowlab as fl
     from flowlab import distribute as ds
     strategy = ds.MultiWorkerMirroredStrategy()
-    x, y = _data()
+    x, y = regression_data()
     with strategy.scope():
-        variables = _model(seed + strategy._worker)     # different on each worker: the first update syncs them
+        variables = mlp_variables(seed + strategy._worker)   # different on each worker: the first update syncs them
         opt = fl.optimizers.Adam(0.01)
     dist = strategy.experimental_distribute_dataset(fl.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH))
 
     def step(batch):
         with fl.GradientTape() as tape:
-            loss = _loss(variables, batch[0], batch[1], GLOBAL_BATCH)
+            loss = mlp_loss(variables, batch[0], batch[1])
         opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
 
@@ -59,8 +38,8 @@ def train_horovod(seed=1, steps=3):
     import flowlab as fl
     import flowlab.horovod as hvd
     hvd.init()
-    x, y = _data()
-    variables = _model(seed + hvd.rank())
+    x, y = regression_data()
+    variables = mlp_variables(seed + hvd.rank())
     hvd.broadcast_variables(variables, root_rank=0)
     opt = hvd.DistributedOptimizer(fl.optimizers.Adam(0.01))
     per = GLOBAL_BATCH // hvd.size()
@@ -68,27 +47,14 @@ def train_horovod(seed=1, steps=3):
         for start in range(0, len(x), GLOBAL_BATCH):
             lo = start + hvd.rank() * per
             with fl.GradientTape() as tape:
-                loss = _loss(variables, x[lo:lo + per], y[lo:lo + per], per)   # mean over the local batch
+                loss = mlp_loss(variables, x[lo:lo + per], y[lo:lo + per], per)   # mean over the local batch
             opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
     return hvd.size(), hvd.rank(), [v.numpy() for v in variables]
 
 
-def _reference(seed=1, steps=3):
-    import flowlab as fl
-    variables = _model(seed)
-    opt = fl.optimizers.Adam(0.01)
-    x, y = _data()
-    for _ in range(steps):
-        for start in range(0, len(x), GLOBAL_BATCH):
-            with fl.GradientTape() as tape:
-                loss = _loss(variables, x[start:start + GLOBAL_BATCH], y[start:start + GLOBAL_BATCH], GLOBAL_BATCH)
-            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
-    return [v.numpy() for v in variables]
-
-
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_multi_worker_mirrored_matches_one_process(n):
-    ref = _reference()
+    ref = reference_weights()
     with fl.cluster.LocalCluster(workers=n) as cluster:
         results = cluster.run(train_strategy, timeout=180)
     for replicas, weights, losses in results:
@@ -99,7 +65,7 @@ def test_multi_worker_mirrored_matches_one_process(n):
 
 
 def test_horovod_matches_one_process():
-    ref = _reference()
+    ref = reference_weights()
     with fl.cluster.LocalCluster(workers=3) as cluster:
         results = cluster.run(train_horovod, timeout=180)
     assert [(s, r) for s, r, _ in results] == [(3, 0), (3, 1), (3, 2)]

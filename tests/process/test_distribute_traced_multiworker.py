@@ -7,45 +7,24 @@ import pytest
 
 import flowlab as fl
 from flowlab import distribute as ds
+from _distribute_helpers import GLOBAL_BATCH, mlp_loss, mlp_variables, reference_weights, regression_data
 
 pytestmark = pytest.mark.process
-GLOBAL_BATCH = 12
-
-
-def _data():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(24, 5)).astype(np.float32)
-    y = (x @ rng.normal(size=(5, 1)) + 0.3).astype(np.float32)
-    return x, y
-
-
-def _model(seed):
-    import flowlab as fl
-    rng = np.random.default_rng(seed)
-    return [fl.Variable(rng.normal(size=(5, 8)).astype(np.float32) * 0.5), fl.Variable(np.zeros(8, np.float32)),
-            fl.Variable(rng.normal(size=(8, 1)).astype(np.float32) * 0.5)]
-
-
-def _loss(variables, xb, yb):
-    import flowlab as fl
-    w1, b1, w2 = variables
-    err = fl.matmul(fl.nn.relu(fl.matmul(xb, w1) + b1), w2) - yb
-    return fl.reduce_sum(err * err) / GLOBAL_BATCH
 
 
 def _train(traced, seed=1, epochs=3):
     import flowlab as fl
     from flowlab import distribute as ds
     strategy = ds.MultiWorkerMirroredStrategy()
-    x, y = _data()
+    x, y = regression_data()
     with strategy.scope():
-        variables = _model(seed + strategy.worker_index)    # different on each worker: scope() syncs them
+        variables = mlp_variables(seed + strategy.worker_index)   # different on each worker: scope() syncs them
         opt = fl.optimizers.Adam(0.01)
     dist = strategy.experimental_distribute_dataset(fl.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH))
 
     def step_fn(inputs):
         with fl.GradientTape() as tape:
-            loss = _loss(variables, inputs[0], inputs[1])
+            loss = mlp_loss(variables, inputs[0], inputs[1])
         opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
 
@@ -68,21 +47,9 @@ def train_both():
     return _train(traced=True), _train(traced=False)
 
 
-def _reference(seed=1, epochs=3):
-    variables = _model(seed)
-    opt = fl.optimizers.Adam(0.01)
-    x, y = _data()
-    for _ in range(epochs):
-        for s in range(0, len(x), GLOBAL_BATCH):
-            with fl.GradientTape() as tape:
-                loss = _loss(variables, x[s:s + GLOBAL_BATCH], y[s:s + GLOBAL_BATCH])
-            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
-    return [v.numpy() for v in variables]
-
-
 @pytest.mark.parametrize("n", [2, 3])
 def test_traced_multi_worker_loop_matches_eager_and_one_process(n):
-    ref = _reference()
+    ref = reference_weights()
     with fl.cluster.LocalCluster(workers=n) as cluster:
         results = cluster.run(train_both, timeout=240)
     for (replicas, traced, traced_losses, info), (_, eager, eager_losses, _) in results:
@@ -98,7 +65,7 @@ def test_traced_multi_worker_loop_matches_eager_and_one_process(n):
 
 
 def test_parameter_server_refuses_a_traced_step_clearly():
-    x, y = _data()
+    x, y = regression_data()
     with fl.cluster.LocalCluster(workers=1, ps=1) as cluster:
         strategy = ds.ParameterServerStrategy(cluster)
         with strategy.scope():
@@ -131,19 +98,19 @@ def traced_step_without_peer():
     from flowlab.cluster.collectives import CollectiveError
     strategy = ds.MultiWorkerMirroredStrategy(timeout=4)
     with strategy.scope():
-        variables = _model(1)
+        variables = mlp_variables(1)
         opt = fl.optimizers.SGD(0.1)
     if strategy.worker_index == 1:
         return None
 
     def step_fn(xb, yb):
         with fl.GradientTape() as tape:
-            loss = _loss(variables, xb, yb)
+            loss = mlp_loss(variables, xb, yb)
         opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
 
     train_step = fl.function(lambda xb, yb: strategy.run(step_fn, args=(xb, yb)))
-    x, y = _data()
+    x, y = regression_data()
     try:
         train_step(x[:6], y[:6])
     except CollectiveError as e:

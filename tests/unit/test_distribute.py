@@ -5,40 +5,21 @@ import pytest
 
 import flowlab as fl
 from flowlab import distribute as ds
-
-
-@pytest.fixture
-def cpus():
-    def make(n):
-        fl.config.set_logical_devices("CPU", n)
-    yield make
-    fl.config.set_logical_devices("CPU", None)
-
-
-def _data(seed=0, n=24):
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 5)).astype(np.float32)
-    y = (x @ rng.normal(size=(5, 1)) + 0.3).astype(np.float32)
-    return x, y
+from _distribute_helpers import make_optimizer, mlp_error, mlp_variables, regression_data
 
 
 def _train(strategy, steps=5, opt="sgd", global_batch=12):
-    x, y = _data()
+    x, y = regression_data()
     with strategy.scope():
-        rng = np.random.default_rng(1)
-        w1 = fl.Variable(rng.normal(size=(5, 8)).astype(np.float32) * 0.5)
-        b1 = fl.Variable(np.zeros(8, np.float32))
-        w2 = fl.Variable(rng.normal(size=(8, 1)).astype(np.float32) * 0.5)
-        optimizer = fl.optimizers.SGD(0.1, momentum=0.9) if opt == "sgd" else fl.optimizers.Adam(0.01)
-    variables = [w1, b1, w2]
+        variables = mlp_variables()
+        optimizer = make_optimizer(opt)
     dataset = fl.data.Dataset.from_tensor_slices((x, y)).batch(global_batch)
     dist = strategy.experimental_distribute_dataset(dataset)
 
     def step_fn(inputs):
         xb, yb = inputs
         with fl.GradientTape() as tape:
-            h = fl.nn.relu(fl.matmul(xb, w1) + b1)
-            err = fl.matmul(h, w2) - yb
+            err = mlp_error(variables, xb, yb)
             loss = ds.compute_average_loss(fl.reduce_sum(err * err, axis=1), global_batch_size=global_batch)
         grads = tape.gradient(loss, variables)
         optimizer.apply_gradients(zip(grads, variables))

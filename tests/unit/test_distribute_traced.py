@@ -7,42 +7,21 @@ import pytest
 
 import flowlab as fl
 from flowlab import distribute as ds
-
-GLOBAL_BATCH = 12
-
-
-@pytest.fixture
-def cpus():
-    def make(n):
-        fl.config.set_logical_devices("CPU", n)
-    yield make
-    fl.config.set_logical_devices("CPU", None)
-
-
-def _data(n=24, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 5)).astype(np.float32)
-    y = (x @ rng.normal(size=(5, 1)) + 0.3).astype(np.float32)
-    return x, y
+from _distribute_helpers import GLOBAL_BATCH, make_optimizer, mlp_loss, mlp_variables, regression_data
 
 
 def _train(strategy, traced, opt="sgd", epochs=3, rows=24):
     """The custom loop of the lessons, traced or eager: (final weights, per-step losses, the step)."""
-    x, y = _data(rows)
+    x, y = regression_data(rows)
     with strategy.scope():
-        rng = np.random.default_rng(1)
-        w1 = fl.Variable(rng.normal(size=(5, 8)).astype(np.float32) * 0.5)
-        b1 = fl.Variable(np.zeros(8, np.float32))
-        w2 = fl.Variable(rng.normal(size=(8, 1)).astype(np.float32) * 0.5)
-        optimizer = fl.optimizers.SGD(0.1, momentum=0.9) if opt == "sgd" else fl.optimizers.Adam(0.01)
-    variables = [w1, b1, w2]
+        variables = mlp_variables()
+        optimizer = make_optimizer(opt)
     dist = strategy.experimental_distribute_dataset(fl.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH))
 
     def step_fn(inputs):
         xb, yb = inputs
         with fl.GradientTape() as tape:
-            err = fl.matmul(fl.nn.relu(fl.matmul(xb, w1) + b1), w2) - yb
-            loss = fl.reduce_sum(err * err) / GLOBAL_BATCH
+            loss = mlp_loss(variables, xb, yb)
         grads = tape.gradient(loss, variables)
         optimizer.apply_gradients(zip(grads, variables))
         return loss

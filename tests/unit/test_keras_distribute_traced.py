@@ -6,22 +6,12 @@ import pytest
 
 import flowlab as fl
 from flowlab import distribute as ds
+from _distribute_helpers import regression_data
 from flowlab.nn.keras import _distributed
 
 
-@pytest.fixture
-def cpus():
-    def make(n):
-        fl.config.set_logical_devices("CPU", n)
-    yield make
-    fl.config.set_logical_devices("CPU", None)
-
-
 def _data(n=48):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(n, 5)).astype(np.float32)
-    y = (x @ rng.normal(size=(5, 1)) + 0.3).astype(np.float32)
-    return x, y
+    return regression_data(n)
 
 
 def _build(weights, metrics=("mae",)):
