@@ -96,9 +96,11 @@ def test_core_fits_its_line_budget():
 
 def test_test_files_have_unique_names():
     """pytest imports test files by base name (no __init__.py in tests/): two files with the same name
-    in different tiers break collection of the whole tree, which the fast tier does."""
+    in different tiers break collection of the whole tree, which the fast tier does. Helper modules
+    (``tests/_distribute_helpers.py``) are imported by base name too, so they count as well."""
     tests = Path(__file__).resolve().parents[1]
     seen = {}
-    for path in sorted(tests.rglob("test_*.py")):
-        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    for path in sorted(tests.rglob("*.py")):
+        if path.name != "conftest.py":        # pytest keeps each conftest apart by its folder
+            seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
     assert {k: v for k, v in seen.items() if len(v) > 1} == {}
