@@ -294,3 +294,55 @@ def test_native_allreduce_in_place_and_of_strided_input_on_three_ranks(group, si
         assert same
         np.testing.assert_array_equal(x, 3 * np.arange(size) + 3)
         np.testing.assert_array_equal(strided, 6 * np.arange(0, 2 * size, 2))
+
+
+@pytest.fixture
+def small_shm(monkeypatch, tmp_path):
+    """``small_shm(mib)``: shared segments go to a tmpfs of that size (as a container's small
+    /dev/shm); needs the right to mount (root), else the test is skipped."""
+    import subprocess
+    mounted = []
+
+    def make(mib):
+        where = tmp_path / f"shm{mib}"
+        where.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m,mode=1700", "tmpfs", str(where)],
+                              capture_output=True, text=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip() or done.returncode}")
+        mounted.append(where)
+        monkeypatch.setattr(shm, "SHM_DIR", str(where))
+        return where
+
+    yield make
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_a_full_shared_memory_filesystem_is_a_clear_error_not_a_crash(small_shm, group):
+    where = small_shm(10)                 # room for the two rings (4 MiB each), not for the windows
+    comms = group(2)
+    assert all(c.channels == [None, "shm"][::1 if c.rank == 0 else -1] for c in comms)
+    x = np.ones(1 << 20, np.float32)     # 4 MiB: each rank wants a window of 8 MiB more
+
+    def body(c):
+        try:
+            C.allreduce(x, "sum", "native", comm=c, timeout=20)
+        except C.CollectiveError as e:
+            return str(e)
+        return "no error"
+
+    for text in run(comms, body):
+        assert "no room" in text and "--shm-size" in text and "could not make its shared window" in text, text
+    small = run(comms, lambda c: C.allreduce(np.ones(5, np.float32), "sum", "native", comm=c, timeout=20))
+    ring = run(comms, lambda c: C.allreduce(x, "sum", "ring", comm=c, timeout=20))
+    assert all(np.all(s == 2) for s in small) and all(np.all(r == 2) for r in ring)
+    assert [f for f in os.listdir(where) if "-w" in f] == []     # no window left behind
+
+
+def test_rings_that_do_not_fit_fall_back_to_zeromq(small_shm, group):
+    small_shm(2)                          # not even one ring
+    comms = group(2)
+    assert [c.channels for c in comms] == [[None, "zmq"], ["zmq", None]]
+    got = run(comms, lambda c: C.allreduce(np.arange(1000.0), "sum", "ring", comm=c, timeout=20))
+    assert all(np.array_equal(g, 2 * np.arange(1000.0)) for g in got)

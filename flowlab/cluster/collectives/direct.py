@@ -46,7 +46,7 @@ import numpy as np
 from ..events import now
 from . import ring
 from .errors import CollectiveError
-from .shm import BOX_BYTES, SHM_DIR, STRONG_ORDER, _unlink, map_segment, spin_until, yield_until
+from .shm import BOX_BYTES, STRONG_ORDER, _unlink, map_segment, segment_path, spin_until, yield_until
 
 __all__ = ["SharedMemoryCollectives"]
 
@@ -63,7 +63,7 @@ class _Window:
 
     def __init__(self, name: str, size: int | None = None):
         self.name = name
-        self.path = os.path.join(SHM_DIR, name)
+        self.path = segment_path(name)
         self.map = map_segment(self.path, size)
         self.size = len(self.map)
         self.half = (self.size // 2) // _ALIGN * _ALIGN
@@ -101,13 +101,19 @@ class SharedMemoryCollectives:
         self._sigs: dict = {}           # signature text -> (crc32, its bytes), for the box
 
     # -- the windows -------------------------------------------------------------------------------
-    def _own(self, nbytes: int) -> _Window:
+    def _own(self, ex, nbytes: int) -> _Window:
         need = -(-nbytes // _ALIGN) * _ALIGN * 2
         if self._mine is None or self._mine.half * 2 < need:
             if self._mine is not None:
                 self._mine.close()
+                self._mine = None
             size = max(MIN_WINDOW, 1 << (need - 1).bit_length())
-            self._mine = _Window(f"flowlab-{os.getpid()}-w{secrets.token_hex(6)}", size)
+            try:
+                self._mine = _Window(f"flowlab-{os.getpid()}-w{secrets.token_hex(6)}", size)
+            except OSError as e:      # e.g. NoSharedMemory: every rank hears why
+                why = f"rank {ex.rank} could not make its shared window of {size / 2**20:.1f} MiB: {e}"
+                ex._fail(CollectiveError(f"{ex.name} #{ex.seq} ({ex.alg}) failed: {why}", ex.name, ex.seq,
+                                         ex.rank, ()), {"kind": "error", "message": why})
         return self._mine
 
     def _peer(self, rank: int, name: str) -> _Window:
@@ -170,7 +176,7 @@ class SharedMemoryCollectives:
             if STRONG_ORDER and buf.nbytes <= BOX_BYTES:
                 return self._boxed(ex, buf, ufunc, src)
             return self._one_shot(ex, buf, ufunc, src)
-        win = self._own(buf.nbytes)
+        win = self._own(ex, buf.nbytes)
         mine = win.view(half, buf.dtype, buf.size)
         for p in range(n):           # the peers' slices of this rank's input (they reduce those)
             if p != r:
@@ -279,7 +285,7 @@ class SharedMemoryCollectives:
     def allgather(self, ex, buf, bounds):
         n, r = ex.size, ex.rank
         half = self._next_call()
-        win = self._own(buf.nbytes)
+        win = self._own(ex, buf.nbytes)
         mine = win.view(half, buf.dtype, buf.size)
         mine[bounds[r]:bounds[r + 1]] = buf[bounds[r]:bounds[r + 1]]
         wins = self._announce(ex, win, 0)
@@ -291,7 +297,7 @@ class SharedMemoryCollectives:
 
     def broadcast(self, ex, buf, root):
         half = self._next_call()
-        win = self._own(buf.nbytes)
+        win = self._own(ex, buf.nbytes)
         if ex.rank == root:
             win.view(half, buf.dtype, buf.size)[...] = buf
         wins = self._announce(ex, win, 0)

@@ -69,6 +69,7 @@ machines are x86-64). ``FLOWLAB_SHM=0`` turns shared memory off everywhere.
 from __future__ import annotations
 
 import collections
+import errno
 import marshal
 import math
 import mmap
@@ -84,7 +85,7 @@ import time
 
 import numpy as np
 
-__all__ = ["Inbound", "Outbound", "Pusher", "Waker", "host_identity", "unavailable", "fence", "poke",
+__all__ = ["Inbound", "Outbound", "Pusher", "Waker", "NoSharedMemory", "host_identity", "unavailable", "fence", "poke",
            "poke_socket", "spin_until", "yield_until", "CAPACITY", "SPIN_S", "STRONG_ORDER"]
 
 STRONG_ORDER = platform.machine().lower() in ("x86_64", "amd64")
@@ -222,7 +223,7 @@ def poke(tx: socket.socket, name: str | None) -> None:
 class _Ring:
     def __init__(self, name: str, create: bool, capacity: int = CAPACITY):
         self.name = name
-        self.path = os.path.join(SHM_DIR, name)
+        self.path = segment_path(name)
         if create:
             if capacity <= 0 or capacity & (capacity - 1):
                 raise ValueError(f"a ring's capacity must be a power of two, got {capacity}")
@@ -266,10 +267,24 @@ class _Ring:
         self._map = None
 
 
+class NoSharedMemory(OSError):
+    """The shared-memory filesystem has no room for a new segment (said with sizes and what to do)."""
+
+
+def segment_path(name: str) -> str:
+    """Where the shared segment ``name`` lives (under :data:`SHM_DIR`)."""
+    return os.path.join(SHM_DIR, name)
+
+
 def map_segment(path: str, size: int | None = None) -> mmap.mmap:
     """Map a shared segment read-write: a new one of ``size`` bytes (mode 0600, and it must not
     exist yet: removed again if sizing or mapping fails), or, with ``size`` None, an existing one
-    whole. The file descriptor is closed either way (the mapping keeps the memory)."""
+    whole. The file descriptor is closed either way (the mapping keeps the memory).
+
+    A new segment's memory is reserved at once (``posix_fallocate``): when the filesystem is full,
+    creating it raises :class:`NoSharedMemory`, instead of the process dying of SIGBUS later, on
+    the first write to a page that has no memory behind it (a container's /dev/shm is often only
+    64 MiB)."""
     if size is None:
         fd = os.open(path, os.O_RDWR)
         try:
@@ -279,12 +294,30 @@ def map_segment(path: str, size: int | None = None) -> mmap.mmap:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.ftruncate(fd, size)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EFBIG, errno.ENOMEM):
+                raise
+            raise _no_room(path, size) from None
         return mmap.mmap(fd, size)
     except BaseException:
         _unlink(path)
         raise
     finally:
         os.close(fd)
+
+
+def _no_room(path: str, size: int) -> NoSharedMemory:
+    where = os.path.dirname(path)
+    try:
+        st = os.statvfs(where)
+        room = f" ({st.f_bavail * st.f_frsize / 2**20:.0f} MiB free of {st.f_blocks * st.f_frsize / 2**20:.0f} MiB)"
+    except OSError:
+        room = ""
+    return NoSharedMemory(errno.ENOSPC, f"{where} has no room for {size / 2**20:.1f} MiB more of shared memory"
+                          f"{room}: give it more (in a container, e.g. `docker run --shm-size=1g`), use smaller "
+                          f"tensors or another algorithm than 'native', or set FLOWLAB_SHM=0")
 
 
 def _unlink(path):

@@ -165,7 +165,12 @@ class ZmqCommunicator(Communicator):
         if self._shm and b.get("tx"):
             ch = self._in.get(src)
             if ch is None or ch.owner != b.get("comm"):
-                ch = _shm.Inbound(src, self._tx, owner=b.get("comm"))
+                try:
+                    ch = _shm.Inbound(src, self._tx, owner=b.get("comm"))
+                except OSError as e:    # e.g. /dev/shm is full: this pair talks over ZeroMQ
+                    log.warning("rank %d: no shared memory for messages from %s (%s); using ZeroMQ", self.rank,
+                                self.tasks[src], e)
+                    return reply
                 ch.producer = b["tx"]
                 self._in[src] = ch
                 self._in_list = tuple(self._in.values())
