@@ -11,6 +11,8 @@ kernel; any exception there re-runs the op through ``execute`` to raise a proper
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from . import device as _devices
@@ -253,9 +255,16 @@ def unary(op: OpDef, kinds: str = "biuf"):
                 pass
         return execute(op, (x,))
 
-    fn.__name__ = fn.__qualname__ = op.name
-    fn.__doc__ = op.doc
+    _public(fn, op)
     return fn
+
+
+def _public(fn, op) -> None:
+    """Name ``fn`` after its op, as a function of the module that defines it (the caller of
+    ``unary``/``binary``), so that pickle finds it there by reference."""
+    fn.__name__ = fn.__qualname__ = op.name
+    fn.__module__ = sys._getframe(2).f_globals.get("__name__", fn.__module__)
+    fn.__doc__ = op.doc
 
 
 def binary(op: OpDef):
@@ -265,8 +274,7 @@ def binary(op: OpDef):
     if op.strict:
         def strict_fn(x, y, name=None):
             return execute(op, (x, y))
-        strict_fn.__name__ = strict_fn.__qualname__ = op.name
-        strict_fn.__doc__ = op.doc
+        _public(strict_fn, op)
         return strict_fn
 
     def fn(x, y, name=None):
@@ -298,8 +306,7 @@ def binary(op: OpDef):
                     pass
         return execute(op, (x, y))
 
-    fn.__name__ = fn.__qualname__ = op.name
-    fn.__doc__ = op.doc
+    _public(fn, op)
     return fn
 
 

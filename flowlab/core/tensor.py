@@ -197,7 +197,7 @@ class Variable(Tensor):
         self._id = next(_variable_ids)
         self._name = name or "Variable"
         creators = getattr(_creators, "stack", None)
-        if creators:   # a strategy's scope wants to see (and may adjust) every variable made in it
+        if creators and creators[-1] is not None:   # a strategy's scope sees (and may adjust) each one
             creators[-1](self)
 
     @property
@@ -335,7 +335,8 @@ _creators = threading.local()
 @contextlib.contextmanager
 def variable_creator_scope(fn):
     """Inside the block, ``fn(variable)`` runs after each Variable this thread creates (the innermost
-    scope's ``fn`` only). Distribution strategies use it to mirror or place variables."""
+    scope's ``fn`` only). Distribution strategies use it to mirror or place variables; ``fn=None``
+    makes plain local variables even inside a strategy's scope (a metric's accumulators)."""
     stack = _creators.__dict__.setdefault("stack", [])
     stack.append(fn)
     try:

@@ -24,6 +24,10 @@ and a :class:`ClusterCoordinator` in this process schedules steps on the workers
   with several.
 - ``coordinator.join()`` waits for every scheduled step and refreshes this process's copies of
   the variables from the ps tasks (``strategy.pull()`` does that alone).
+- ``Model.fit`` of a model compiled in ``scope()`` schedules each batch's step on a worker the same
+  way (``fit_coordinator()``; see ``ScheduledStep`` in flowlab/nn/keras/_distributed.py), with at
+  most one step per worker in flight, and pulls the weights at the end of each epoch; evaluate
+  and predict run here, on the pulled weights. A metric's variables stay in this process.
 """
 from __future__ import annotations
 
@@ -112,6 +116,7 @@ class ParameterServerStrategy(Strategy):
     with ``ps >= 1``); see the module docstring. On a worker, inside a scheduled step, it is the
     strategy of that one replica."""
 
+    _schedules_steps = True     # Model.fit schedules each step on a worker (nn/keras/_distributed.py)
     _no_traced_run = (
         "ParameterServerStrategy pushes each step's gradients to the ps tasks as it runs, eagerly, so its "
         "steps cannot be traced whole. Schedule a plain Python step function with ClusterCoordinator.schedule, "
@@ -149,6 +154,18 @@ class ParameterServerStrategy(Strategy):
     @property
     def parameter_devices(self) -> tuple:
         return tuple(self._ps)
+
+    @property
+    def worker_tasks(self) -> tuple:
+        """The worker tasks that run scheduled steps."""
+        return tuple(self._workers)
+
+    def fit_coordinator(self) -> "ClusterCoordinator":
+        """The coordinator ``Model.fit`` schedules its steps with (one per strategy)."""
+        coordinator = getattr(self, "_fit_coordinator", None)
+        if coordinator is None:
+            coordinator = self._fit_coordinator = ClusterCoordinator(self)
+        return coordinator
 
     def scope(self):
         return _PSScope(self)

@@ -22,6 +22,11 @@ when the last batch is smaller, and later epochs (and later ``fit`` calls) reuse
 of a global batch each local replica takes is learnt once per batch size, by distributing the row
 numbers through the strategy; each step then just slices the arrays.
 
+Scheduled (a strategy with ``_schedules_steps``: ParameterServerStrategy; :class:`ScheduledStep`):
+each train step runs on a worker, which pulls the variables from the ps tasks and pushes its
+gradients back (asynchronous training); the logs come from the steps' returned losses and
+predictions, and the weights are pulled here at the end of each epoch.
+
 Eager (``run_eagerly=True``, or a strategy that cannot trace ``strategy.run``: ``_no_traced_run``
 set; :func:`eager_runner`): each step runs ``strategy.run`` on the replicas' threads; each replica
 computes its loss and gradients (as one traced ``@fl.function`` of its own, unless
@@ -41,8 +46,8 @@ from ...core.function import TensorSpec, function
 from ...core.tape import GradientTape
 from ...core.tensor import convert_to_tensor
 
-__all__ = ["strategy_of", "runner", "TracedStep", "eager_runner", "reduce_logs", "shared_seed", "is_chief",
-           "current_strategy", "set_strategy_hook"]
+__all__ = ["strategy_of", "scheduler_of", "runner", "TracedStep", "ScheduledStep", "eager_runner", "reduce_logs",
+           "shared_seed", "is_chief", "current_strategy", "set_strategy_hook"]
 
 _strategy_hook = None
 _MANY_SHAPES = 5     # a traced step warns when it is called with more global batch shapes than this
@@ -66,6 +71,60 @@ def strategy_of(model):
     if s is None or s.num_replicas_in_sync <= 1:
         return None
     return s
+
+
+def scheduler_of(model):
+    """The strategy ``model`` was compiled under when that strategy runs fit's steps on its workers
+    (ParameterServerStrategy: ``_schedules_steps``), else None."""
+    s = getattr(model, "_distribute_strategy", None)
+    return s if getattr(s, "_schedules_steps", False) else None
+
+
+class ScheduledStep:
+    """fit's train step under a strategy that schedules steps on its workers (parameter servers):
+    each batch becomes one step scheduled on the least busy worker (:func:`_scheduled_train_step`:
+    pull the variables, forward, loss, gradients, push them to the ps tasks), without waiting for
+    it. At most one step per worker is in flight: before scheduling more, the oldest one's result
+    (its loss and predictions) is collected and goes into the metrics here, so the logs of a batch
+    lag by at most that many steps. :meth:`finish`, at the end of each epoch, collects the rest
+    and pulls the variables, so this process's model has the ps tasks' weights (for evaluate,
+    predict, checkpoints and callbacks)."""
+
+    def __init__(self, model, strategy, n_parts):
+        self.model, self.n_parts = model, n_parts
+        self.coordinator = strategy.fit_coordinator()
+        self.limit = max(1, len(strategy.worker_tasks))
+        self.inflight = []
+
+    def __call__(self, *batch):
+        while len(self.inflight) >= self.limit:
+            self._collect()
+        value = self.coordinator.schedule(_scheduled_train_step, args=(self.model, *batch))
+        self.inflight.append((value, batch))
+        return None
+
+    def _collect(self):
+        value, batch = self.inflight.pop(0)
+        loss, y_pred = value.fetch()
+        sw = convert_to_tensor(batch[2]) if self.n_parts > 2 else None
+        _update_metrics(self.model, convert_to_tensor(batch[1]), sw, convert_to_tensor(loss),
+                        convert_to_tensor(y_pred), int(np.shape(batch[0])[0]))
+
+    def finish(self):
+        while self.inflight:
+            self._collect()
+        self.coordinator.join()
+
+
+def _scheduled_train_step(model, x, y, sw=None):
+    """One train step on a worker of a parameter-server fit (the model is this worker's copy, its
+    variables those of the ps tasks, just pulled): ``apply_gradients`` pushes the gradients."""
+    with GradientTape() as tape:
+        y_pred = model(x, training=True)
+        loss = model.loss(y, y_pred, sw)
+    variables = model.trainable_variables
+    model.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    return loss.numpy(), y_pred.numpy()
 
 
 def is_chief(strategy) -> bool:

@@ -91,6 +91,14 @@ def _runner(model, kind, batch, what, data=None):
         raise _data._error(what, "no targets: give y, or a dataset whose elements are (x, y)")
     specs = _data.specs_of(batch[:1] if kind == "predict" else batch)
     shape, dtype = specs[0]
+    scheduler = _distributed.scheduler_of(model) if kind == "train" else None
+    if scheduler is not None:      # steps scheduled on the workers of a parameter-server strategy
+        with scheduler.scope():
+            model._ensure_built(shape, np.dtype(dtype).name)
+        key = ("scheduled", tuple((tuple(s), np.dtype(d).str) for s, d in specs))
+        if key not in model._functions:
+            model._functions[key] = _distributed.ScheduledStep(model, scheduler, len(specs))
+        return model._functions[key]
     strategy = _distributed.strategy_of(model) if kind != "predict" else None
     if strategy is not None:       # strategy.run traced whole, or eager around it; see _distributed
         with strategy.scope():
@@ -201,6 +209,8 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
             step += 1
             if model.stop_training:
                 break
+        if isinstance(run, _distributed.ScheduledStep):
+            run.finish()           # the steps still running on the workers, then their weights here
         if params["steps"] is None:
             params["steps"] = data.steps
         logs = _logs(_sources(model, out))
@@ -285,9 +295,12 @@ def train_on_batch(model, x, y, sample_weight):
     data = _data.adapt(x, y, sample_weight, len(x), "train_on_batch")
     _ensure_built(model, data)
     model.reset_metrics()
-    out = None
+    out = run = None
     for batch in data.batches():
-        out = _runner(model, "train", batch, "train_on_batch")(*batch)
+        run = _runner(model, "train", batch, "train_on_batch")
+        out = run(*batch)
+    if isinstance(run, _distributed.ScheduledStep):
+        run.finish()               # the step ran on a worker: its loss, and the new weights here
     logs = _logs(_sources(model, out))
     values = list(logs.values())
     return values[0] if len(values) == 1 else values

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...core import dtypes
 from ...core.ops import array_ops, math_ops, reduction_ops
-from ...core.tensor import Tensor, Variable, convert_to_tensor
+from ...core.tensor import Tensor, Variable, convert_to_tensor, variable_creator_scope
 from . import losses as _losses
 from ._eager import eager
 
@@ -34,7 +34,8 @@ class Metric:
         self._variables: dict[str, Variable] = {}
 
     def add_variable(self, name, shape=(), dtype=_F32):
-        with eager():
+        # a metric accumulates in the process that updates it: never mirrored, nor placed on a ps task
+        with eager(), variable_creator_scope(None):
             v = Variable(np.zeros(shape, dtypes.numpy_dtype(dtype)), trainable=False, name=f"{self.name}/{name}")
         self._variables[name] = v
         return v

@@ -117,6 +117,13 @@ class Model(Layer):
         # fit and evaluate distribute over the strategy whose scope this compile runs in
         self._distribute_strategy = _distributed.current_strategy()
 
+    def __getstate__(self):
+        """A copy (e.g. shipped to a worker by a parameter-server fit) leaves the traced steps
+        behind: they hold locks and plans of this process, and are made again where needed."""
+        state = self.__dict__.copy()
+        state["_functions"] = {}
+        return state
+
     @property
     def run_eagerly(self) -> bool:
         return self._run_eagerly
