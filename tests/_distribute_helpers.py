@@ -57,3 +57,14 @@ def reference_weights(seed=1, epochs=3):
                 loss = mlp_loss(variables, x[s:s + GLOBAL_BATCH], y[s:s + GLOBAL_BATCH])
             opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
     return [v.numpy() for v in variables]
+
+
+def keras_regressor(weights=None, metrics=("mae",)):
+    """The same 5-8-1 relu network as a compiled keras model (SGD with momentum, mse), with
+    ``weights`` assigned when given."""
+    model = fl.keras.Sequential([fl.keras.Input(shape=(5,)), fl.keras.layers.Dense(8, activation="relu"),
+                                 fl.keras.layers.Dense(1)])
+    for v, w in zip(model.trainable_variables, weights or []):
+        v.assign(w)
+    model.compile(optimizer=fl.optimizers.SGD(0.05, momentum=0.5), loss="mse", metrics=list(metrics))
+    return model

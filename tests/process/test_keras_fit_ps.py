@@ -6,21 +6,17 @@ import pytest
 
 import flowlab as fl
 from flowlab import distribute as ds
+from _distribute_helpers import keras_regressor, regression_data
 
 pytestmark = pytest.mark.process
 
 
 def _data(n=48):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(n, 5)).astype(np.float32)
-    return x, (x @ rng.normal(size=(5, 1)) + 0.3).astype(np.float32)
+    return regression_data(n)
 
 
 def _model():
-    model = fl.keras.Sequential([fl.keras.Input(shape=(5,)), fl.keras.layers.Dense(8, activation="relu"),
-                                 fl.keras.layers.Dense(1)])
-    model.compile(optimizer=fl.optimizers.SGD(0.05, momentum=0.5), loss="mse", metrics=["mae"])
-    return model
+    return keras_regressor()
 
 
 def test_fit_with_one_worker_is_sequential_training_and_never_stale():

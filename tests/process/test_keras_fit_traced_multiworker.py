@@ -7,24 +7,18 @@ import numpy as np
 import pytest
 
 import flowlab as fl
+from _distribute_helpers import keras_regressor, regression_data
 
 pytestmark = pytest.mark.process
 ROWS = 49          # batches of 12: 12, 12, 12, 12 and a last one of 1 row (worker 0's piece: 0 rows)
 
 
 def _data():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(ROWS, 5)).astype(np.float32)
-    y = (x @ rng.normal(size=(5, 1)) + 0.3).astype(np.float32)
-    return x, y
+    return regression_data(ROWS)
 
 
 def _model():
-    import flowlab as fl
-    model = fl.keras.Sequential([fl.keras.Input(shape=(5,)), fl.keras.layers.Dense(8, activation="relu"),
-                                 fl.keras.layers.Dense(1)])
-    model.compile(optimizer=fl.optimizers.SGD(0.05, momentum=0.5), loss="mse", metrics=["mae"])
-    return model
+    return keras_regressor()
 
 
 def train_fit(run_eagerly):

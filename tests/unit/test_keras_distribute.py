@@ -5,7 +5,7 @@ import pytest
 
 import flowlab as fl
 from flowlab import distribute as ds
-from _distribute_helpers import regression_data
+from _distribute_helpers import keras_regressor, regression_data
 
 
 def _data(n=48):
@@ -13,13 +13,7 @@ def _data(n=48):
 
 
 def _build(weights=None):
-    model = fl.keras.Sequential([fl.keras.Input(shape=(5,)), fl.keras.layers.Dense(8, activation="relu"),
-                                 fl.keras.layers.Dense(1)])
-    if weights is not None:
-        for v, w in zip(model.trainable_variables, weights):
-            v.assign(w)
-    model.compile(optimizer=fl.optimizers.SGD(0.05, momentum=0.5), loss="mse", metrics=["mae"])
-    return model
+    return keras_regressor(weights)
 
 
 def _fit(strategy, weights, run_eagerly=False, batch_size=12, **kw):

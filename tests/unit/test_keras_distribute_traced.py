@@ -6,7 +6,7 @@ import pytest
 
 import flowlab as fl
 from flowlab import distribute as ds
-from _distribute_helpers import regression_data
+from _distribute_helpers import keras_regressor, regression_data
 from flowlab.nn.keras import _distributed
 
 
@@ -15,12 +15,7 @@ def _data(n=48):
 
 
 def _build(weights, metrics=("mae",)):
-    model = fl.keras.Sequential([fl.keras.Input(shape=(5,)), fl.keras.layers.Dense(8, activation="relu"),
-                                 fl.keras.layers.Dense(1)])
-    for v, w in zip(model.trainable_variables, weights):
-        v.assign(w)
-    model.compile(optimizer=fl.optimizers.SGD(0.05, momentum=0.5), loss="mse", metrics=list(metrics))
-    return model
+    return keras_regressor(weights, metrics)
 
 
 def _initial():
