@@ -68,3 +68,20 @@ def keras_regressor(weights=None, metrics=("mae",)):
         v.assign(w)
     model.compile(optimizer=fl.optimizers.SGD(0.05, momentum=0.5), loss="mse", metrics=list(metrics))
     return model
+
+
+def keras_regressor_for(strategy, weights=None, metrics=("mae",)):
+    """:func:`keras_regressor` built inside ``strategy.scope()`` (as is, for ``strategy=None``)."""
+    if strategy is None:
+        return keras_regressor(weights, metrics)
+    with strategy.scope():
+        return keras_regressor(weights, metrics)
+
+
+def keras_fitted_alone(weights, x, y):
+    """The keras regressor from ``weights`` after 3 unshuffled epochs of ``fit`` in batches of 12 in
+    this process (no strategy): its weights, history and evaluation (batches of 16)."""
+    model = keras_regressor(weights)
+    history = model.fit(x, y, batch_size=12, epochs=3, verbose=0, shuffle=False)
+    result = model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)
+    return [v.numpy() for v in model.trainable_variables], history.history, result

@@ -18,66 +18,10 @@ import pytest
 import flowlab as fl
 import flowlab.cluster as fc
 from flowlab.cluster import protocol as P
+from _processes import gone, kill_left, wait_gone
 
 pytestmark = pytest.mark.process
 SLACK = 3.0     # seconds added to each deadline of the issue on this shared machine
-
-
-def gone(pid: int) -> bool:
-    """True when ``pid`` no longer runs (no such process, or a zombie waiting to be reaped)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return True
-
-
-def wait_gone(pids, limit: float) -> list:
-    """Wait up to ``limit`` seconds for every pid to be gone; the pids still running."""
-    end = time.monotonic() + limit
-    left = list(pids)
-    while left and time.monotonic() < end:
-        left = [p for p in left if not gone(p)]
-        if left:
-            time.sleep(0.02)
-    return left
-
-
-def kill_left(pids) -> None:
-    """Last-resort cleanup of processes a test started (by pid, never by name)."""
-    import signal
-    for p in pids:
-        if not gone(p):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-@pytest.fixture
-def make_cluster():
-    """``make_cluster(**kw)`` starts a LocalCluster; all are closed, and their pids checked gone."""
-    made = []
-
-    def make(**kw):
-        c = fc.LocalCluster(**kw)
-        made.append((c, [c.pid(t) for t in c.tasks]))
-        return c
-
-    yield make
-    pids = []
-    for c, first in made:
-        pids += first + [c.pid(t) for t in c.tasks]
-        c.close()
-    left = wait_gone([p for p in pids if p], 10)
-    kill_left(left)
-    assert not left, f"processes left after close: {left}"
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])

@@ -24,41 +24,9 @@ pytestmark = [pytest.mark.process,
 SLACK = 3.0     # seconds added to each deadline of the issue on this shared machine
 
 
-def _gone(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return True
-
-
-@pytest.fixture
-def make_cluster(monkeypatch):
-    monkeypatch.delenv("FLOWLAB_LOCAL_LANE", raising=False)
-    made = []
-
-    def make(**kw):
-        c = fc.LocalCluster(**kw)
-        made.append((c, [c.pid(t) for t in c.tasks]))
-        return c
-
-    yield make
-    pids = []
-    for c, first in made:
-        pids += first + [c.pid(t) for t in c.tasks]
-        c.close()
-    end = time.monotonic() + 10
-    left = [p for p in pids if p]
-    while left and time.monotonic() < end:
-        left = [p for p in left if not _gone(p)]
-        time.sleep(0.02)
-    for p in left:
-        os.kill(p, signal.SIGKILL)
-    assert not left, f"processes left after close: {left}"
+@pytest.fixture(autouse=True)
+def _default_lane(monkeypatch):
+    monkeypatch.delenv("FLOWLAB_LOCAL_LANE", raising=False)     # these tests are about the lane itself
 
 
 def lane_of(c, task):

@@ -9,28 +9,10 @@ import textwrap
 import time
 
 import pytest
+from _processes import gone, wait_gone
 
 pytestmark = pytest.mark.process
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def gone(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return True
-
-
-def wait_gone(pids, seconds=15.0):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and not all(gone(p) for p in pids):
-        time.sleep(0.05)
-    return [p for p in pids if not gone(p)]
 
 
 def start(tmp_path, body, n, *args):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import flowlab as fl
-from _distribute_helpers import keras_regressor, regression_data
+from _distribute_helpers import keras_fitted_alone, keras_regressor, regression_data
 
 pytestmark = pytest.mark.process
 
@@ -35,12 +35,7 @@ def train_fit(shuffle):
 
 
 def _reference(initial):
-    model = _model()
-    for v, w in zip(model.trainable_variables, initial):
-        v.assign(w)
-    x, y = _data()
-    history = model.fit(x, y, batch_size=12, epochs=3, verbose=0, shuffle=False)
-    return [v.numpy() for v in model.trainable_variables], history.history
+    return keras_fitted_alone(initial, *_data())[:2]
 
 
 @pytest.mark.parametrize("shuffle", [False, True])

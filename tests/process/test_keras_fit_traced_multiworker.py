@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import flowlab as fl
-from _distribute_helpers import keras_regressor, regression_data
+from _distribute_helpers import keras_fitted_alone, keras_regressor, regression_data
 
 pytestmark = pytest.mark.process
 ROWS = 49          # batches of 12: 12, 12, 12, 12 and a last one of 1 row (worker 0's piece: 0 rows)
@@ -42,13 +42,7 @@ def train_fit(run_eagerly):
 
 
 def _reference(initial):
-    model = _model()
-    for v, w in zip(model.trainable_variables, initial):
-        v.assign(w)
-    x, y = _data()
-    history = model.fit(x, y, batch_size=12, epochs=3, verbose=0, shuffle=False)
-    result = model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)
-    return [v.numpy() for v in model.trainable_variables], history.history, result
+    return keras_fitted_alone(initial, *_data())
 
 
 def test_traced_fit_two_workers_matches_one_process_and_the_eager_step():

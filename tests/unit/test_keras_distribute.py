@@ -5,7 +5,7 @@ import pytest
 
 import flowlab as fl
 from flowlab import distribute as ds
-from _distribute_helpers import keras_regressor, regression_data
+from _distribute_helpers import keras_regressor, keras_regressor_for, regression_data
 
 
 def _data(n=48):
@@ -18,11 +18,7 @@ def _build(weights=None):
 
 def _fit(strategy, weights, run_eagerly=False, batch_size=12, **kw):
     x, y = _data()
-    if strategy is None:
-        model = _build(weights)
-    else:
-        with strategy.scope():
-            model = _build(weights)
+    model = keras_regressor_for(strategy, weights)
     model.run_eagerly = run_eagerly
     history = model.fit(x, y, batch_size=batch_size, epochs=3, verbose=0, **kw)
     result = model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)

@@ -6,7 +6,7 @@ import pytest
 
 import flowlab as fl
 from flowlab import distribute as ds
-from _distribute_helpers import keras_regressor, regression_data
+from _distribute_helpers import keras_regressor, keras_regressor_for, regression_data
 from flowlab.nn.keras import _distributed
 
 
@@ -30,11 +30,7 @@ def _steps(model):
 
 def _fit(strategy, weights, run_eagerly=False, batch_size=12, n=48, epochs=3, eval_batch=16, seed=None, **kw):
     x, y = _data(n)
-    if strategy is None:
-        model = _build(weights)
-    else:
-        with strategy.scope():
-            model = _build(weights)
+    model = keras_regressor_for(strategy, weights)
     model.run_eagerly = run_eagerly
     if seed is not None:
         fl.random.set_seed(seed)

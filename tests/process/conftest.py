@@ -1,0 +1,24 @@
+import pytest
+
+import flowlab.cluster as fc
+from _processes import kill_left, wait_gone
+
+
+@pytest.fixture
+def make_cluster():
+    """``make_cluster(**kw)`` starts a LocalCluster; all are closed, and their pids checked gone."""
+    made = []
+
+    def make(**kw):
+        c = fc.LocalCluster(**kw)
+        made.append((c, [c.pid(t) for t in c.tasks]))
+        return c
+
+    yield make
+    pids = []
+    for c, first in made:
+        pids += first + [c.pid(t) for t in c.tasks]
+        c.close()
+    left = wait_gone([p for p in pids if p], 10)
+    kill_left(left)
+    assert not left, f"processes left after close: {left}"
