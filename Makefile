@@ -14,8 +14,11 @@ FAST_WORKERS ?= 2
 # Per-test guard against hangs (pytest-timeout); a test's own @pytest.mark.timeout wins.
 TEST_TIMEOUT ?= 300
 PYTEST := $(BIN)/python -m pytest -p no:nbval -ra
+# One notebook at a time: a kernel's ports are picked free, then bound a moment later by the kernel,
+# and a LocalCluster starting in a notebook beside it can take one in between (seen once: the kernel
+# never answered, "Kernel didn't respond in 60 seconds"). Costs about 25 s.
 NBVAL := $(BIN)/python -m pytest -ra --nbval --nbval-current-env \
-	--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=120 -n 2 --dist loadscope
+	--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=120 -n 1 --dist loadscope
 FAST_TIER := $(PYTEST) -m "not process and not browser and not gpu" -n $(FAST_WORKERS) \
 	--timeout=$(TEST_TIMEOUT) tests
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
