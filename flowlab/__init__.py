@@ -21,8 +21,10 @@ from .core.shape import TensorShape  # noqa: F401
 from .core.tape import GradientTape, UnconnectedGradients, custom_gradient  # noqa: F401
 from .core.tensor import Tensor, Variable, constant, convert_to_tensor, is_tensor  # noqa: F401
 from .nn import optimizers  # noqa: F401
-from . import data, datasets, nn  # noqa: F401
-from . import debugging, train  # noqa: F401
+from . import data, datasets, io, nn  # noqa: F401
+from .io import string  # noqa: F401 - ``fl.string`` as ``tf.string``: names byte-string features (flowlab/io/strings.py)
+from . import debugging, math, train  # noqa: F401
+from ._names import enable_eager_execution, executing_eagerly  # noqa: F401
 
 bool = bool_  # noqa: A001 - ``fl.bool`` as ``tf.bool``; Python's bool is untouched outside this namespace
 
@@ -37,13 +39,16 @@ def load_ipython_extension(ipython):
 
 def __getattr__(name):
     lazy = {"compat": ".compat",        # ``fl.compat.v1``: the TF1 API
-            "keras": ".nn.keras",         # ``fl.keras``: layers, models, fit
+            "keras": ".keras",            # ``fl.keras``: layers, models, fit (flowlab.nn.keras)
             "cluster": ".cluster",        # ``fl.cluster``: LocalCluster, transport, events
             "distribute": ".distribute",  # ``fl.distribute``: strategies
             "horovod": ".horovod"}        # ``flowlab.horovod``: the Horovod-style API
     if name in lazy:   # imported on first use
         import importlib
         return importlib.import_module(lazy[name], __name__)
-    raise AttributeError(f"module 'flowlab' has no attribute {name!r}")
+    from ._names import missing_attribute   # left out on purpose, TF1 (compat.v1), or a misspelling
+    raise missing_attribute(__name__, name, [*globals(), *lazy])
 
 config._apply_default()
+from ._traceback import install as _install_traceback_filter  # noqa: E402
+_install_traceback_filter()   # inside a running IPython shell only: hide flowlab's frames from tracebacks

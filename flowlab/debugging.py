@@ -4,3 +4,23 @@ from .core.numerics import (check_numerics, check_numerics_enabled, disable_chec
                             enable_check_numerics)
 # Devices: log where each op runs (flowlab/core/device.py).
 from .core.device import get_log_device_placement, set_log_device_placement  # noqa: F401,E402
+from . import _traceback  # noqa: E402
+
+
+# Tracebacks: in a notebook, flowlab's own frames are hidden (flowlab/_traceback.py).
+def enable_traceback_filtering() -> None:
+    """Hide flowlab's own frames from tracebacks shown in a notebook (the default): the cell, your
+    own functions and the message stay, and one line says how many frames were hidden."""
+    _traceback.set_enabled(True)
+    _traceback.install()
+
+
+def disable_traceback_filtering() -> None:
+    """Show every frame, flowlab's included (for flowlab's developers; ``FLOWLAB_TRACEBACK_FILTERING=0``
+    does the same from the start)."""
+    _traceback.set_enabled(False)
+
+
+def is_traceback_filtering_enabled() -> bool:
+    """Whether tracebacks in a notebook hide flowlab's own frames."""
+    return _traceback.enabled()

@@ -12,6 +12,8 @@ _HOME = {
     "list_variables": "flowlab.nn.checkpoint",
     "ClusterSpec": "flowlab.cluster",
     "Server": "flowlab.cluster",
+    **{name: "flowlab.io.example" for name in ("Example", "Features", "Feature", "BytesList", "FloatList",
+                                                "Int64List", "FeatureList", "FeatureLists", "SequenceExample")},
 }
 __all__ = sorted(_HOME)
 

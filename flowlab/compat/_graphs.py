@@ -173,7 +173,7 @@ def reset_default_graph():
 
 
 def graph_info(graph):
-    """compat's own notes on a graph: variable names, the get_variable store, unshaped placeholders."""
+    """compat's own notes on a graph: variable names, the get_variable store, tf.group operations."""
     info = graph.__dict__.get("_v1_info")
     if info is None:
         info = graph.__dict__["_v1_info"] = _GraphInfo()
@@ -181,14 +181,13 @@ def graph_info(graph):
 
 
 class _GraphInfo:
-    __slots__ = ("variable_names", "store", "unshaped", "groups", "lock")
+    __slots__ = ("variable_names", "store", "groups", "lock")
 
     def __init__(self):
         self.lock = threading.RLock()      # held while a local session's values are in the variables
         self.groups: dict = {}             # tf.group operations by name (they are not nodes)
         self.variable_names: set = set()   # names of tf.Variables (unique within the graph)
         self.store: dict = {}              # get_variable: full name -> Variable
-        self.unshaped: set = set()         # ids of nodes of placeholders declared without a shape
 
 
 # -- building from outside a `with` ---------------------------------------------------------------

@@ -14,7 +14,10 @@ variables (a variable it has no value for holds its uninitialized stand-in), run
 takes the results back; a lock per graph keeps two threads' sessions from mixing them. Between
 runs a variable holds the value of the last local session that ran it with a value (a session
 that has none puts back what was there). A cluster session leaves
-values where they live, on the cluster's tasks, shared by every session connected to it.
+values where they live, on the cluster's tasks, shared by every session connected to it. A
+variable placed on a task is that task's variable of its name (``Variable.shared_name``), shared
+with other client processes too: when this process has not initialized it, the session asks the
+task whether some client has (``uninitialized_variables``), before it refuses to run.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ from ..core.tensor import readonly_numpy
 from ..core.tensor import Tensor
 from ..core.tensor import Variable as _CoreVariable
 from ._graphs import GroupOperation, get_default_graph, graph_info
-from ._variables import Variable, uninitialized_error
+from ._variables import Variable, global_variables, local_variables, uninitialized_error
 
 __all__ = ["Session", "InteractiveSession", "get_default_session", "ConfigProto"]
 
@@ -179,6 +182,8 @@ class Session:
         for those tensors (placeholders or any other)."""
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
+        if fetches.__class__ is UninitializedReport:
+            return fetches.evaluate(self)
         self._watch_growth()
         targets: list = []
         template = self._structure(fetches, targets)
@@ -200,7 +205,7 @@ class Session:
 
     def _run(self, compiled, targets, arrays):
         for variable, node in compiled.must_be_initialized:
-            if not variable._initialized:
+            if not variable._initialized and (self._remote is None or self._uninitialized([variable])):
                 raise uninitialized_error(variable, f"needed by {_names(targets)} in this session", node)
         values = compiled.plan(*arrays)
         for variable in compiled.initializes:
@@ -229,6 +234,40 @@ class Session:
                 own[v] = v._value
             else:
                 v._value, v._initialized = value, initialized
+
+    def uninitialized_variables(self, var_list=None) -> list:
+        """The variables of ``var_list`` (default: the graph's global and local variables) that have
+        no value in this session yet. For a variable placed on a cluster task, that is whether any
+        client has initialized it there (other worker processes included)."""
+        if var_list is None:
+            with self.graph.as_default():
+                var_list = global_variables() + local_variables()
+        return self._uninitialized(list(var_list))
+
+    def _uninitialized(self, variables) -> list:
+        if self._remote is None:
+            return [v for v in variables if self._values.get(v) is None]
+        missing, ask = [], {}
+        for v in variables:
+            if v._initialized:
+                continue
+            if v.shared_name is None:
+                missing.append(v)
+            else:
+                from ..cluster.task_exec import owner_of
+                ask.setdefault(owner_of(v._device), []).append(v)
+        from ..cluster.task_exec import SHARED
+        for task, vs in ask.items():
+            uids = [SHARED + v.shared_name for v in vs]
+            self._remote.ensure([task])
+            reply = self._remote.client.request(task, "variables", {"uids": uids}, timeout=30.0)
+            not_yet = set(reply.body["uninitialized"])
+            for v, uid in zip(vs, uids):
+                if uid in not_yet:
+                    missing.append(v)
+                else:
+                    v._initialized = True    # some client initialized it there: it stays initialized
+        return missing
 
     def variable_value(self, variable):
         """``variable``'s value in this session (a read-only array), without running anything;
@@ -409,6 +448,25 @@ class Session:
         return f"<tf.Session{where} on {self.graph!r}{' (closed)' if self._closed else ''}>"
 
 
+class UninitializedReport:
+    """What ``tf.report_uninitialized_variables()`` returns: ``sess.run`` of it gives the names of
+    the variables that have no value yet (a numpy array of bytes, as TensorFlow's)."""
+
+    def __init__(self, var_list, graph):
+        self.var_list, self.graph = var_list, graph
+
+    def evaluate(self, session) -> np.ndarray:
+        var_list = self.var_list
+        if var_list is None:
+            with self.graph.as_default():
+                var_list = global_variables() + local_variables()
+        names = [v._name.encode() for v in session.uninitialized_variables(var_list)]
+        return np.array(names, dtype=object if not names else None)
+
+    def __repr__(self):
+        return "<tf.report_uninitialized_variables()>"
+
+
 class InteractiveSession(Session):
     """A session that makes itself the default session until ``close()``, for notebooks and shells:
     ``t.eval()`` and ``op.run()`` work without a ``with`` block. (Unlike TF1, it does not make its
@@ -504,20 +562,17 @@ def _feed_value(graph, tensor, value):
         array = value
     else:
         array = _converted(tensor, value, want)
-    shape = tensor._shape
-    fits = array.ndim == len(shape)
-    if fits:
+    shape = tensor._shape    # None: unknown rank, any shape fits
+    fits = shape is None or array.ndim == len(shape)
+    if fits and shape is not None:
         for d, a in zip(shape, array.shape):
             if d is not None and d != a:
                 fits = False
     if not fits:
         declared = "[" + ", ".join("None" if d is None else str(d) for d in shape) + "]"
-        hint = ""
-        if id(tensor.node) in graph_info(graph).unshaped:
-            hint = (f"; {tensor.name} was made without a shape, which flowlab reads as a scalar: give "
-                    "tf.placeholder a shape (None for any size, e.g. shape=[None, 3])")
         raise ValueError(f"cannot feed a value of shape {tuple(array.shape)} to {tensor.name}, which has shape "
-                         f"{declared}{hint}")
+                         f"{declared} (None: any size there); feed a value of that shape, or declare the "
+                         "placeholder with None where sizes vary (no shape at all: any rank)")
     return array.copy() if array.dtype == want else array.astype(want)
 
 

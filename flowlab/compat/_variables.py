@@ -9,7 +9,10 @@ and a session that would read it raises ``FailedPreconditionError`` naming it.
 
 Each local session keeps its own values of the variables (as TF1 does): a new session must run
 the initializer again, and two sessions on one graph train separate copies. Sessions connected to
-a cluster share the values on its tasks (see ``_session.py``).
+a cluster share the values on its tasks (see ``_session.py``). A variable placed on a task
+(``tf.device("/job:ps/task:0")``, ``replica_device_setter``) is that task's variable of its name
+(``shared_name``): every client process whose graph has a variable of that name on that task uses
+the same storage, as TensorFlow's between-graph replication does; one client initializes it.
 """
 from __future__ import annotations
 
@@ -84,8 +87,8 @@ class Variable(_CoreVariable):
     def _build(self, graph, info, initial_value, trainable, name, dtype):
         with building(graph) as graph:
             init = _initial_tensor(graph, initial_value, dtype)
-            if None in init._shape:
-                raise ValueError(f"tf.Variable: the initial value has shape {tuple(init._shape)}; a variable's "
+            if init._shape is None or None in init._shape:
+                raise ValueError(f"tf.Variable: the initial value has shape {init.shape}; a variable's "
                                  "shape must be fully known (give the initial value a static shape)")
             full = _unique_variable_name(info, _scoped(name or "Variable"))
             stand_in = np.broadcast_to(np.zeros((), init._dtype), init._shape)   # read-only, no memory
@@ -116,6 +119,14 @@ class Variable(_CoreVariable):
     @property
     def op(self):
         return self._snapshot.node
+
+    @property
+    def shared_name(self):
+        """The name the task it is placed on keeps it under: every client process whose graph has a
+        variable of this name on that task shares it (TensorFlow's between-graph replication). None
+        for a variable of this process (no task given)."""
+        d = self._device
+        return self._name if isinstance(d, str) and not d.startswith("/job:localhost/") else None
 
     @property
     def initial_value(self):

@@ -28,7 +28,9 @@ Where flowlab differs from TF1 (each explained where it is defined):
 - ``Session(cluster.target)`` runs a graph on a cluster's tasks (``grpc://host:port`` is accepted as
   another spelling of flowlab's own address); a ``Session()`` with no target runs it in this process
   only, and refuses nodes placed on other jobs or tasks. A variable placed on a task (e.g. by
-  ``tf.train.replica_device_setter``) lives on that task when a cluster session runs it.
+  ``tf.train.replica_device_setter``) lives on that task when a cluster session runs it, under its
+  name: every worker process whose graph has it shares it (between-graph replication); the chief
+  initializes it and ``tf.train.MonitoredTrainingSession(is_chief=False)`` waits for that.
 - Values fetched by ``sess.run`` are read-only arrays (copy one with ``np.array(value)`` to write).
 - ``tf.control_dependencies`` works as in TF1 (a fetch runs the control inputs of what it needs,
   first); more simply, nodes always run in the order they were built.
@@ -53,6 +55,7 @@ from ..core.tensor import Tensor  # noqa: F401
 from ..core.tensor import constant as _eager_constant
 from . import v1_train as train  # noqa: F401
 from ._gradients import gradients  # noqa: F401
+from ._monitored import DeadlineExceededError, report_uninitialized_variables  # noqa: F401
 from ._graphs import (Graph, GraphKeys, GroupOperation, Operation, add_to_collection,  # noqa: F401
                       control_dependencies, get_collection, get_collection_ref, get_default_graph, graph_function,
                       graph_info, group, name_scope, no_op,
@@ -84,19 +87,12 @@ def placeholder(dtype, shape=None, name=None):
     """A graph input of ``dtype`` and ``shape`` that each ``sess.run`` must feed.
 
     ``shape``: a list with None for dimensions of any size (``[None, 784]``), or an int for a
-    vector. NOTE: without a shape, flowlab makes a *scalar* placeholder (TF1 would accept any
-    shape; flowlab's ops need at least the rank), and feeding it an array says so.
+    vector. Without a shape (or ``shape=None``) its rank is unknown too, as in TF1: any value can
+    be fed, and the ops built on it learn their shapes when the session runs.
     """
-    graph = get_default_graph()
-    unshaped = shape is None
-    if unshaped:
-        shape = ()
-    elif isinstance(shape, (int, np.integer)):
+    if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
-    t = graph.placeholder(dtype, tuple(shape), name=name or "Placeholder")
-    if unshaped:
-        graph_info(graph).unshaped.add(id(t.node))
-    return t
+    return get_default_graph().placeholder(dtype, TensorShape(shape), name=name or "Placeholder")
 
 
 def constant(value, dtype=None, shape=None, name=None, verify_shape=False):
@@ -115,7 +111,7 @@ to_int64 = graph_function(lambda x: _ops.cast(x, int64), "to_int64")
 
 
 def _size(input, out_type=int32):  # noqa: A002 - TF's signature
-    if isinstance(input, GraphTensor) and None in input._shape:   # fl.size needs every dimension now
+    if isinstance(input, GraphTensor) and (input._shape is None or None in input._shape):   # fl.size needs them now
         return _ops.reduce_prod(_ops.shape(input, out_type=out_type))
     return _ops.size(input, out_type=out_type)
 
@@ -158,6 +154,23 @@ random = _namespace("random", "Random tensors (TF1.15's tf.random).", normal=ran
 
 def disable_eager_execution():
     """Nothing to do: ``flowlab.compat.v1`` always builds graphs (``import flowlab as fl`` is eager)."""
+
+
+_said_eager = False
+
+
+def enable_eager_execution(config=None, device_policy=None, execution_mode=None):
+    """Changes nothing, and says so once: ``import flowlab as fl`` runs ops eagerly already (as
+    TensorFlow 2 does), while the functions of ``flowlab.compat.v1`` always build graph nodes for a
+    ``Session``. For eager code, call the same functions on ``fl`` (``fl.constant(2) + 3``)."""
+    global _said_eager
+    if not _said_eager:
+        _said_eager = True
+        import warnings
+        warnings.warn("tf.compat.v1.enable_eager_execution(): nothing changed. flowlab is eager by default: "
+                      "`import flowlab as fl` runs ops at once (fl.constant(2) + 3 has a value); "
+                      "flowlab.compat.v1 always builds graphs for a tf.Session. Remove the call, and use fl.* "
+                      "for eager code", stacklevel=2)
 
 
 disable_v2_behavior = disable_eager_execution
@@ -234,6 +247,7 @@ losses = _namespace(
 )
 
 errors = _namespace("errors", "The errors sessions raise (TF1's tf.errors).", OpError=OpError,
-                    InvalidArgumentError=InvalidArgumentError, FailedPreconditionError=FailedPreconditionError)
+                    InvalidArgumentError=InvalidArgumentError, FailedPreconditionError=FailedPreconditionError,
+                    DeadlineExceededError=DeadlineExceededError)
 
 del _name

@@ -30,7 +30,7 @@ import threading
 from . import config
 from ._context import ACTIVE, state
 from .backends import kernel_for_device
-from .errors import InvalidArgumentError, source_line
+from .errors import InvalidArgumentError, did_you_mean, source_line
 
 __all__ = ["DeviceSpec", "device", "current_device_spec", "resolve", "place", "RemoteDeviceError",
            "DEFAULT_DEVICE", "set_log_device_placement", "get_log_device_placement", "log_placement",
@@ -127,10 +127,26 @@ def _fields(spec):
     return spec.job, spec.replica, spec.task, spec.device_type, spec.device_index
 
 
-def _bad(text, part, why):
+def _bad(text, part, why, hint=""):
     if text is None:   # from the DeviceSpec constructor
         return ValueError(f"DeviceSpec({part}) {why}")
-    return ValueError(f"cannot parse device {text!r}: {part!r} {why}; a device string is made of {_FORMS}")
+    return ValueError(f"cannot parse device {text!r}: {part!r} {why}{hint}; a device string is made of {_FORMS}")
+
+
+_KEYS = ("job", "replica", "task", "device", "cpu", "gpu")
+
+
+def _fix_part(text, part):
+    """'; did you mean ...?' with the key of ``part`` replaced by the closest known one
+    (``/devcie:CPU:0`` -> ``/device:CPU:0``, ``/cpu0`` -> ``/cpu:0``), or "" when none is close."""
+    import difflib
+    key, sep, rest = part.partition(":")
+    digits = len(key) - len(key.rstrip("0123456789"))
+    if not sep and 0 < digits < len(key):      # /cpu0
+        key, sep, rest = key[:-digits], ":", key[-digits:]
+    match = difflib.get_close_matches(key.lower(), _KEYS, n=1, cutoff=0.5)
+    fixed = text.replace(part, match[0] + sep + rest, 1) if match else text
+    return f"; did you mean {fixed!r}?" if fixed != text else ""
 
 
 def _number(what, value, text, part=None):
@@ -143,8 +159,9 @@ def _number(what, value, text, part=None):
 
 def _device_type(name, text, part=None):
     if name.upper() not in _TYPES:
+        hint = _fix_part(text, part) if text is not None and name.lower() not in ("cpu", "gpu") else ""
         raise _bad(text, part or name, f"names device type {name.upper()!r}, which flowlab does not have "
-                                       f"(it has {' and '.join(_TYPES)})")
+                                       f"(it has {' and '.join(_TYPES)})", hint)
     return name.upper()
 
 
@@ -175,7 +192,7 @@ def _parse(text):
                 raise _bad(text, part, "should read device:TYPE:N")
             key, rest = rest[0], rest[1:]
         elif len(rest) > 1 or not key.isalpha():
-            raise _bad(text, part, "is not a part of a device string")
+            raise _bad(text, part, "is not a part of a device string", _fix_part(text, part))
         put("device_type", _device_type(key, text, part), part)
         if rest and rest[0] != "*":
             fields["device_index"] = _number("device index", rest[0], text, part)
@@ -266,9 +283,11 @@ def resolve(spec, allow_remote: bool = False) -> str:
         raise RemoteDeviceError(_remote_message(name))
     if full.device_index >= config.logical_device_count(full.device_type):
         where = source_line()
+        short = [f"/{d.device_type.lower()}:{d.name.rpartition(':')[2]}" for d in config.list_logical_devices()]
         raise InvalidArgumentError(
-            f"no device {name}; this process has: {_have()}; use fl.config.set_logical_devices("
-            f"\"{full.device_type}\", {full.device_index + 1}) to make more" + _at(where), source=where)
+            f"no device {name}; this process has: {_have()}; use fl.config.set_logical_devices(\"{full.device_type}\", "
+            f"{full.device_index + 1}) to make more{did_you_mean(f'/{full.device_type.lower()}:{full.device_index}', short)}"
+            + _at(where), source=where)
     return name
 
 

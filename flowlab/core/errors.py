@@ -5,7 +5,7 @@ import linecache
 import os
 import sys
 
-__all__ = ["OpError", "InvalidArgumentError", "NumericsError", "user_frame", "describe"]
+__all__ = ["OpError", "InvalidArgumentError", "NumericsError", "user_frame", "describe", "did_you_mean"]
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../flowlab
 
@@ -73,6 +73,13 @@ def _cell_name(filename: str) -> str | None:
     return f"{kind} {name}"
 
 
+def did_you_mean(asked: str, choices) -> str:
+    """``"; did you mean '/cpu:1'?"``: the choice closest to ``asked`` (difflib), or "." if none is close."""
+    import difflib
+    match = difflib.get_close_matches(asked, [str(c) for c in choices], n=1, cutoff=0.4)
+    return f"; did you mean {match[0]!r}?" if match else "."
+
+
 def describe(value) -> str:
     """'float32[3,4]' for anything with a shape and dtype (tensors, arrays, specs)."""
     shape = getattr(value, "shape", None)
@@ -80,6 +87,8 @@ def describe(value) -> str:
     if shape is None:
         return f"{type(value).__name__} {value!r}"
     name = getattr(dtype, "name", str(dtype))
+    if getattr(shape, "rank", 0) is None:
+        return f"{name}[<unknown>]"
     return f"{name}[{','.join('?' if d is None else str(d) for d in shape)}]"
 
 

@@ -40,7 +40,7 @@ class GraphTensor(Tensor):
 
     @property
     def ndim(self):
-        return len(self._shape)
+        return None if self._shape is None else len(self._shape)
 
     @property
     def device(self):
@@ -92,7 +92,7 @@ class GraphTensor(Tensor):
         return repr(self)
 
     def __repr__(self):
-        shape = tuple(self._shape)
+        shape = "<unknown>" if self._shape is None else tuple(self._shape)
         return f"<fl.Tensor '{self.name}' shape={shape} dtype={self.dtype.name} (graph tensor)>"
 
     def __reduce__(self):
@@ -310,7 +310,7 @@ class Graph:
         out = object.__new__(self.tensor_class)
         out._device = None
         out.graph, out.node = self, node
-        out._shape = tuple(None if d is None else int(d) for d in shape)
+        out._shape = None if shape is None else tuple(None if d is None else int(d) for d in shape)
         out._dtype = np.dtype(dtype)
         node.output = out
         self.nodes.append(node)
@@ -340,11 +340,13 @@ class Graph:
         return nodes
 
     def placeholder(self, dtype, shape=None, name=None) -> GraphTensor:
-        """A graph input of ``dtype`` and ``shape`` (None dims: any size), fed when the graph runs;
-        named ``name`` (under the name scope; default ``placeholder``)."""
+        """A graph input of ``dtype`` and ``shape`` (None dims: any size; ``TensorShape(None)``: any
+        rank), fed when the graph runs; named ``name`` (under the name scope; default ``placeholder``)."""
         if shape is None:
-            raise ValueError("placeholder: give a shape (use None for dimensions of any size)")
-        shape = tuple(None if d is None else int(d) for d in shape)
+            raise ValueError("placeholder: give a shape (None for dimensions of any size, "
+                             "fl.TensorShape(None) for any rank)")
+        shape = TensorShape(shape)
+        shape = None if shape.rank is None else tuple(shape)
         dtype = _dtypes.numpy_dtype(dtype)
         t = self._append(PLACEHOLDER, (), {"shape": shape, "dtype": dtype, "name": name or "placeholder"},
                          shape, dtype, name or "placeholder")
@@ -383,7 +385,10 @@ class Graph:
         is named ``name`` (default: the op's name), under the current name scope, made unique."""
         tensors, reads = self._inputs(op, inputs)
         try:
-            shape, dtype = op.shape_rule(*tensors, **attrs)
+            if any(t._shape is None for t in tensors):
+                shape, dtype = _rule_for_unknown_ranks(op, tensors, attrs)
+            else:
+                shape, dtype = op.shape_rule(*tensors, **attrs)
         except InvalidArgumentError as e:
             raise op_error(op, tensors, attrs, str(e)) from None
         out = self._append(op, tensors, attrs, shape, dtype, name)
@@ -455,6 +460,38 @@ class Graph:
 
     def _repr_pretty_(self, p, cycle):
         p.text(self.pretty())
+
+
+class _Probe:
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+
+def _rule_for_unknown_ranks(op, tensors, attrs):
+    """The output spec of ``op`` when inputs have unknown rank. Its rule is asked with each such
+    input given each rank up to 7 (all dimensions unknown); the output has the dimensions that all
+    the accepted answers agree on, and unknown rank if their ranks differ (so an elementwise op
+    gives unknown rank, a full reduction a scalar, ``tf.shape`` a vector). No rank accepted: the
+    op cannot work whatever is fed, and the last rank's error is raised now."""
+    unknown = [i for i, t in enumerate(tensors) if t._shape is None]
+    outs, error = [], None
+    for ranks in itertools.product(range({1: 8, 2: 6}.get(len(unknown), 4)), repeat=len(unknown)):
+        specs = list(tensors)
+        for i, r in zip(unknown, ranks):
+            specs[i] = _Probe((None,) * r, tensors[i]._dtype)
+        try:
+            outs.append(op.shape_rule(*specs, **attrs))
+        except (ValueError, TypeError, IndexError) as e:
+            error = e
+    if not outs:
+        names = ", ".join(tensors[i].name for i in unknown)
+        raise InvalidArgumentError(f"{error} ({names}: unknown rank, and no rank it could be fed would do)")
+    shapes = {tuple(s) for s, _ in outs}
+    if len({len(s) for s in shapes}) > 1:
+        return None, outs[0][1]
+    return tuple(ds[0] if len(set(ds)) == 1 else None for ds in zip(*shapes)), outs[0][1]
 
 
 class _DefaultGraph:

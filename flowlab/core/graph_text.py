@@ -6,7 +6,7 @@ import numpy as np
 
 
 def _spec(t) -> str:
-    shape = ",".join("?" if d is None else str(d) for d in t._shape)
+    shape = "<unknown>" if t._shape is None else ",".join("?" if d is None else str(d) for d in t._shape)
     return f"{t._dtype.name}[{shape}]"
 
 

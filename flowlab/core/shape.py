@@ -1,4 +1,5 @@
-"""TensorShape: a tuple of dimensions, where ``None`` is a dimension not known until run time."""
+"""TensorShape: a tuple of dimensions, where ``None`` is a dimension not known until run time;
+``TensorShape(None)`` is a shape whose rank is not known either (``tf.placeholder(tf.float32)``)."""
 from __future__ import annotations
 
 __all__ = ["TensorShape"]
@@ -10,13 +11,16 @@ class TensorShape(tuple):
     >>> import flowlab as fl
     >>> fl.zeros([2, 3]).shape.as_list()
     [2, 3]
+    >>> s = fl.TensorShape(None)      # unknown rank
+    >>> s.rank is None, str(s), s.is_compatible_with([2, 3])
+    (True, '<unknown>', True)
     """
 
     __slots__ = ()
 
     def __new__(cls, dims=()):
-        if dims is None:
-            raise ValueError("TensorShape(None) (unknown rank) is not supported; give the dimensions")
+        if dims is None or dims.__class__ is _UnknownRank:
+            return UNKNOWN_RANK
         return super().__new__(cls, (None if d is None else int(d) for d in dims))
 
     rank = property(len)
@@ -38,6 +42,8 @@ class TensorShape(tuple):
 
     def is_compatible_with(self, other) -> bool:
         other = TensorShape(other)
+        if other.rank is None:
+            return True
         return len(self) == len(other) and all(a is None or b is None or a == b for a, b in zip(self, other))
 
     def __getitem__(self, key):
@@ -46,3 +52,60 @@ class TensorShape(tuple):
 
     def __repr__(self):
         return f"TensorShape({list(self)})"
+
+
+class _UnknownRank(TensorShape):
+    """The one shape of unknown rank: any shape fits it. Asking for its length, its dimensions as a
+    list, or iterating it raises ValueError (as TensorFlow does): there is nothing to list."""
+
+    __slots__ = ()
+    rank = None
+
+    def _no_dims(self, what):
+        raise ValueError(f"{what} is not defined on a shape of unknown rank (TensorShape(None)); check "
+                         "`shape.rank is None` first, or give the tensor a shape")
+
+    def __len__(self):
+        self._no_dims("len()")
+
+    def __iter__(self):
+        self._no_dims("iterating")
+
+    def as_list(self):
+        self._no_dims("as_list()")
+
+    def __bool__(self):
+        return False
+
+    def __getitem__(self, key):
+        return self if isinstance(key, slice) else None
+
+    def num_elements(self):
+        return None
+
+    def is_fully_defined(self):
+        return False
+
+    def is_compatible_with(self, other):
+        return True
+
+    def __eq__(self, other):
+        return other.__class__ is _UnknownRank
+
+    def __ne__(self, other):
+        return other.__class__ is not _UnknownRank
+
+    def __hash__(self):
+        return hash("TensorShape(None)")
+
+    def __reduce__(self):
+        return TensorShape, (None,)
+
+    def __repr__(self):
+        return "TensorShape(None)"
+
+    def __str__(self):
+        return "<unknown>"
+
+
+UNKNOWN_RANK = tuple.__new__(_UnknownRank, ())

@@ -176,7 +176,7 @@ def _fill_like(t, value):
     """Ones or zeros shaped like ``t``: eager, or as graph ops for a graph tensor."""
     if getattr(t, "_value", None) is not None:
         return Tensor((np.ones_like if value else np.zeros_like)(t._value), t._device)
-    if None not in t._shape:   # a graph tensor of known shape: a constant, not an op run every step
+    if t._shape is not None and None not in t._shape:   # a graph tensor of known shape: a constant, not an op run every step
         return t.graph.constant((np.ones if value else np.zeros)(t._shape, t._dtype))
     from .ops import math_ops
     return (math_ops.ones_like if value else math_ops.zeros_like)(t)

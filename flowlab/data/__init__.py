@@ -16,18 +16,20 @@ import types as _types
 
 from ._parallel import PipelineError
 from .dataset import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset, Iterator
-from .options import (AUTOTUNE, AutoShardPolicy, AutotuneOptions, DistributeOptions, Options, StatsOptions,
-                      ThreadingOptions)
+from .options import (AUTOTUNE, AutoShardPolicy, AutotuneOptions, DistributeOptions, OptimizationOptions, Options,
+                      StatsOptions, ThreadingOptions)
 from .records import (DataLossError, RecordDataset, RecordSkippedWarning, RecordWriter, decode_example,
                       encode_example, read_records)
 from .stats import Decision, PipelineStats
+from .tfrecord import TFRecordDataset
 from .timeline import Timeline, plot_timeline, timeline
 
 #: ``fl.data.experimental``: where TensorFlow code looks for these names (``tf.data.experimental``).
 experimental = _types.SimpleNamespace(AUTOTUNE=AUTOTUNE, AutoShardPolicy=AutoShardPolicy)
 
 __all__ = ["Dataset", "Iterator", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "Options",
-           "AutotuneOptions", "StatsOptions", "ThreadingOptions", "DistributeOptions", "AutoShardPolicy",
+           "AutotuneOptions", "StatsOptions", "ThreadingOptions", "DistributeOptions", "OptimizationOptions",
+           "AutoShardPolicy",
            "experimental", "PipelineError", "PipelineStats", "Decision",
            "Timeline", "timeline", "plot_timeline", "RecordDataset", "RecordWriter", "DataLossError",
-           "RecordSkippedWarning", "read_records", "encode_example", "decode_example"]
+           "RecordSkippedWarning", "read_records", "encode_example", "decode_example", "TFRecordDataset"]

@@ -55,8 +55,10 @@ def lists_to_tuples(x):
 
 
 def leaf_to_tensor(x):
-    # NOTE: bytes and str stay as they are (flowlab has no string dtype): record payloads are bytes
-    if isinstance(x, (Tensor, bytes, str)):
+    # NOTE: bytes and str stay as they are (flowlab has no string dtype): record payloads are bytes,
+    # and several byte strings are a numpy object array of bytes (a batch of records, a parsed
+    # fl.string feature with a shape); those stay numpy arrays too
+    if isinstance(x, (Tensor, bytes, str)) or (type(x) is np.ndarray and x.dtype.kind == "O"):
         return x
     if x is None:
         raise TypeError("a dataset element cannot hold None; return a tensor, an array or a number")
@@ -72,7 +74,7 @@ def to_element(value):
     if kind is tuple or kind is list:
         return tuple([to_element(v) for v in value])
     if kind is np.ndarray:
-        return convert_to_tensor(value)
+        return value if value.dtype.kind == "O" else convert_to_tensor(value)
     if isinstance(value, tuple):
         items = [to_element(v) for v in value]
         return kind(*items) if hasattr(value, "_fields") else tuple(items)
@@ -100,7 +102,7 @@ def to_wire(element):
 
 def from_wire(element):
     """The inverse of ``to_wire``: numpy arrays become tensors again."""
-    return map_structure(lambda v: Tensor(v) if isinstance(v, np.ndarray) else v, element)
+    return map_structure(lambda v: Tensor(v) if isinstance(v, np.ndarray) and v.dtype.kind != "O" else v, element)
 
 
 def nbytes(element) -> int:

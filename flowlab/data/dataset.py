@@ -42,12 +42,35 @@ _END = object()
 
 
 def _row(t: Tensor, i: int) -> Tensor:
+    if type(t) is np.ndarray:             # byte strings (an object array): a row is bytes or a smaller array
+        return t[i]
     value = t._value[i]
     return Tensor(np.asarray(value) if isinstance(value, np.generic) else value, t._device)
 
 
+def _stack_strings(leaves):
+    """Byte-string leaves (``bytes``, or object arrays of bytes of one shape) stacked as one object
+    array, or None if they are not all such."""
+    if all(type(b) is bytes for b in leaves):
+        out = np.empty(len(leaves), object)
+        out[:] = leaves
+        return out
+    if all(type(a) is np.ndarray and a.dtype.kind == "O" for a in leaves) and len({a.shape for a in leaves}) == 1:
+        return np.stack(leaves)
+    return None
+
+
+def _batched_spec(spec, leading):
+    if isinstance(spec, TensorSpec):
+        return TensorSpec([leading, *spec.shape], spec.dtype)
+    return np.ndarray            # bytes (or an array of them) batch into an object array of bytes
+
+
 def _stack(tensors, what="batch"):
     if not all(isinstance(t, Tensor) for t in tensors):
+        strings = _stack_strings(tensors)
+        if strings is not None:
+            return strings
         raise InvalidArgumentError(f"{what}: only tensors can be stacked, got {type(tensors[0]).__name__} "
                                    f"components; decode them into arrays with map first", op=what)
     values = [t._value for t in tensors]
@@ -366,7 +389,7 @@ class Dataset:
                 yield map_structure(lambda *ts: _stack(ts), *elements)
         leading = batch_size if drop_remainder else None
         stage = _Stage(self, run, lambda spec: map_structure(
-            lambda s: TensorSpec([leading, *s.shape], s.dtype), spec), "batch", _batches(batch_size, drop_remainder))
+            lambda s: _batched_spec(s, leading), spec), "batch", _batches(batch_size, drop_remainder))
         return _batch_stage(stage, batch_size, drop_remainder, lambda ds, n: ds.batch(n, drop_remainder))
 
     def padded_batch(self, batch_size, padded_shapes=None, padding_values=None, drop_remainder=False) -> "Dataset":
@@ -407,13 +430,14 @@ class Dataset:
         def run(source):
             for element in source:
                 leaves = flatten_with_paths(element)
-                sizes = {t.shape[0] if isinstance(t, Tensor) and t.ndim else None for _, t in leaves}
+                sizes = {t.shape[0] if isinstance(t, (Tensor, np.ndarray)) and t.ndim else None for _, t in leaves}
                 if len(sizes) != 1 or None in sizes:
                     raise InvalidArgumentError(f"unbatch: every component needs the same leading dimension, got "
                                                f"{describe(element)}", op="unbatch")
                 for i in builtins.range(sizes.pop()):
                     yield map_structure(lambda t: _row(t, i), element)
-        return _Stage(self, run, lambda spec: map_structure(lambda s: TensorSpec(s.shape[1:], s.dtype), spec),
+        return _Stage(self, run, lambda spec: map_structure(
+            lambda s: TensorSpec(s.shape[1:], s.dtype) if isinstance(s, TensorSpec) else bytes, spec),
                       "unbatch", None)
 
     def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=True) -> "Dataset":
@@ -649,7 +673,10 @@ class _MapDataset(_Stage):
         options = run.options if run is not None else Options()
         map_func = self._map_func
         source = iterate(self._input)
-        parallelism = resolve_parallelism(self._num_parallel_calls, options)
+        calls = self._num_parallel_calls
+        if calls is None and self._payload is None and options.experimental_optimization._get("map_parallelization"):
+            calls = AUTOTUNE          # the option asks for it: see OptimizationOptions in options.py
+        parallelism = resolve_parallelism(calls, options)
         if parallelism is None:
             return _closing(source, self._sequential(source, map_func))
         deterministic = self._deterministic if self._deterministic is not None else options._get("deterministic")

@@ -19,7 +19,7 @@ import os
 from typing import NamedTuple
 
 __all__ = ["AUTOTUNE", "Options", "AutotuneOptions", "StatsOptions", "ThreadingOptions", "DistributeOptions",
-           "AutoShardPolicy"]
+           "OptimizationOptions", "AutoShardPolicy"]
 
 #: Pass as a map's parallelism or a prefetch buffer size to let flowlab choose. The stage starts small
 #: (1 worker, 1 element) and grows while its consumer waits on it, within ``Options.autotune``'s limits
@@ -37,9 +37,13 @@ class _Group:
         for name, value in values.items():
             setattr(self, name, value)
 
+    _hints: dict = {}      # a name TensorFlow had here once -> where it lives now
+
     def __setattr__(self, name, value):
         if name not in self._fields:
-            raise AttributeError(f"{type(self).__name__} has no option {name!r}; options: {', '.join(self._fields)}")
+            hint = self._hints.get(name)
+            raise AttributeError(f"{type(self).__name__} has no option {name!r}; "
+                                 + (f"{hint}" if hint else f"options: {', '.join(self._fields)}"))
         object.__setattr__(self, name, value)
 
     def _get(self, name):
@@ -83,7 +87,8 @@ class StatsOptions(_Group):
 
 class ThreadingOptions(_Group):
     """``private_threadpool_size``: the most threads any one parallel stage starts (0: no limit).
-    ``max_intra_op_parallelism`` is accepted for TensorFlow compatibility and not used."""
+    ``max_intra_op_parallelism`` is accepted for TensorFlow compatibility and not used: a flowlab op
+    runs on one thread of the pipeline (numpy's BLAS threads are set by ``FLOWLAB_BLAS_THREADS``)."""
     _fields = {"private_threadpool_size": 0, "max_intra_op_parallelism": 1}
 
 
@@ -117,12 +122,59 @@ class DistributeOptions(_Group):
         super().__setattr__(name, value)
 
 
+class OptimizationOptions(_Group):
+    """``Options().experimental_optimization``: the graph rewrites TensorFlow may apply to a pipeline.
+    Every field TensorFlow's tutorials set is accepted (True, False or None); what each does here:
+
+    - ``map_parallelization``: **honoured**. True turns every sequential ``map`` (no
+      ``num_parallel_calls``) into a parallel one sized by AUTOTUNE, in threads, keeping the element
+      order unless ``Options.deterministic`` is False. Off by default (TensorFlow turns it on by
+      default, for functions it can prove stateless; flowlab cannot look inside a Python function,
+      so it is yours to ask for): the function is then called from several threads at once, so it
+      must not change shared Python state (a counter, a list it appends to, a random generator
+      whose draws must come in element order). Maps with ``use_processes=True`` are left as written.
+    - ``apply_default_optimizations``: accepted; flowlab applies no rewrite unless asked, so False
+      changes nothing.
+    - ``noop_elimination``: accepted; the stages it would remove (``take(-1)``, ``skip(0)``,
+      ``repeat(1)``, ``prefetch(0)``, ``shard(1, 0)``) already hand elements straight through.
+    - ``map_and_batch_fusion``, ``map_fusion``, ``map_and_filter_fusion``, ``filter_fusion``,
+      ``shuffle_and_repeat_fusion``, ``parallel_batch``, ``filter_parallelization``,
+      ``inject_prefetch``, ``hoist_random_uniform``, ``seq_interleave_prefetch``, ``warm_start``:
+      accepted, no effect. Fusions save TensorFlow a function call between C++ kernels, which a
+      Python pipeline does not have; ``batch`` is one ``np.stack`` at memory speed; add a
+      ``prefetch`` yourself where you want one.
+    """
+    _fields = {"map_parallelization": False, "apply_default_optimizations": True, "noop_elimination": True,
+               "map_and_batch_fusion": True, "map_fusion": False, "map_and_filter_fusion": False,
+               "filter_fusion": False, "shuffle_and_repeat_fusion": True, "parallel_batch": False,
+               "filter_parallelization": False, "inject_prefetch": False, "hoist_random_uniform": False,
+               "seq_interleave_prefetch": False, "warm_start": False}
+    _hints = {name: "AUTOTUNE settings moved to Options().autotune (enabled, cpu_budget, ram_budget) in TensorFlow "
+              "2.x, and live there in flowlab too"
+              for name in ("autotune", "autotune_buffers", "autotune_cpu_budget", "autotune_ram_budget")}
+    _hints["map_vectorization"] = "TensorFlow removed map_vectorization; batch before a map instead"
+
+    def __setattr__(self, name, value):
+        if name in self._fields and value is not None and not isinstance(value, bool):
+            raise TypeError(f"experimental_optimization.{name} takes True, False or None, got {value!r}")
+        super().__setattr__(name, value)
+
+
 class Options(_Group):
     """Pipeline-wide settings. ``deterministic`` (default True): whether parallel stages keep input order
     when their own ``deterministic`` argument is None. ``autotune``, ``stats``, ``threading``,
-    ``experimental_distribute``: groups above."""
+    ``experimental_distribute``, ``experimental_optimization``: groups above.
+
+    TensorFlow's older names work too: ``experimental_deterministic`` is ``deterministic``,
+    ``experimental_threading`` is ``threading``. ``experimental_slack`` and
+    ``experimental_external_state_policy`` are accepted and have no effect.
+    """
     _fields = {"deterministic": True, "autotune": None, "stats": None, "threading": None,
-               "experimental_distribute": None}
+               "experimental_distribute": None, "experimental_optimization": None,
+               "experimental_slack": False, "experimental_external_state_policy": None}
+    _aliases = {"experimental_deterministic": "deterministic", "experimental_threading": "threading"}
+    _hints = {"experimental_stats": "statistics are always on in flowlab; turn them off with Options().stats.enabled",
+              "experimental_distribute_policy": "use Options().experimental_distribute.auto_shard_policy"}
 
     def __init__(self, **values):
         super().__init__()
@@ -130,8 +182,28 @@ class Options(_Group):
         object.__setattr__(self, "stats", StatsOptions())
         object.__setattr__(self, "threading", ThreadingOptions())
         object.__setattr__(self, "experimental_distribute", DistributeOptions())
+        object.__setattr__(self, "experimental_optimization", OptimizationOptions())
         for name, value in values.items():
             setattr(self, name, value)
+
+    def __getattr__(self, name):          # only for names that are not fields: the old aliases
+        alias = type(self)._aliases.get(name)
+        if alias is None:
+            raise AttributeError(f"Options has no option {name!r}; options: {', '.join(self._fields)}")
+        return getattr(self, alias)
+
+    def __setattr__(self, name, value):
+        if name in self._aliases:
+            name = self._aliases[name]
+            if name == "threading":
+                if not isinstance(value, ThreadingOptions):
+                    raise TypeError(f"experimental_threading takes fl.data.ThreadingOptions, got {type(value).__name__}")
+        if name in ("autotune", "stats", "threading", "experimental_distribute", "experimental_optimization"):
+            expected = type(getattr(self, name))
+            if not isinstance(value, expected):
+                raise TypeError(f"Options.{name} is a group of settings ({expected.__name__}): set its fields, "
+                                f"e.g. options.{name}.<field> = ...; got {type(value).__name__}")
+        super().__setattr__(name, value)
 
     def merge(self, other: "Options") -> "Options":
         """A new Options: ``other``'s set fields over this one's."""

@@ -90,11 +90,13 @@ import os
 import struct
 import warnings
 import zlib
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from ..core.errors import DataLossError, InvalidArgumentError  # noqa: F401 - DataLossError is raised here
 from ..core.function import TensorSpec
+from ._compression import compression_name, open_for_reading, open_for_writing
 from .dataset import Dataset
 
 __all__ = ["DataLossError", "RecordSkippedWarning", "RecordWriter", "RecordReader", "RecordDataset",
@@ -112,10 +114,25 @@ _LEN_AND_CRC = struct.Struct("<QI")
 _MASK_DELTA = 0xA282EAD8
 
 
+def mask(crc: int) -> int:
+    """A CRC masked as TFRecord masks its checksums (rotate right by 15 bits, add a constant)."""
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+
+
 def masked_crc(data) -> int:
     """CRC-32 (zlib) of ``data``, masked as TFRecord masks its checksums."""
-    crc = zlib.crc32(data) & 0xFFFFFFFF
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+    return mask(zlib.crc32(data) & 0xFFFFFFFF)
+
+
+class Framing(NamedTuple):
+    """How one kind of record file frames its records (the layout of the module docstring, less
+    what differs): ``header`` (written first; b"" for none, and then no header is checked),
+    ``checksum(data) -> int`` (the masked CRC of ``data``), ``what`` (its name in messages) and
+    ``op`` (the reader's name in errors). ``flowlab/data/tfrecord.py`` adds TensorFlow's framing."""
+    header: bytes
+    checksum: Callable
+    what: str
+    op: str
 
 
 def _file_header() -> bytes:
@@ -123,18 +140,22 @@ def _file_header() -> bytes:
     return head + _U32.pack(masked_crc(head))
 
 
+#: flowlab's own record files: a 16-byte header, CRC-32 (zlib).
+FLOWLAB_FRAMING = Framing(_file_header(), masked_crc, "flowlab record file", "RecordDataset")
+
+
 # -- errors ------------------------------------------------------------------------------------
 class RecordSkippedWarning(RuntimeWarning):
     """Emitted for every bad record or file skipped by a reader with ``ignore_errors=True``."""
 
 
-def _loss(filename, offset, index, reason, detail="") -> DataLossError:
+def _loss(filename, offset, index, reason, detail="", op="RecordDataset", compression="") -> DataLossError:
     what = "file header" if index is None else f"record {index}"
-    msg = f"{reason} in {what} at byte offset {offset} of {filename!r}"
+    where = f"byte offset {offset} of the {compression}-decompressed stream" if compression else f"byte offset {offset}"
+    msg = f"{reason} in {what} at {where} of {filename!r}"
     if detail:
         msg += f": {detail}"
-    return DataLossError(msg, filename=filename, offset=offset, index=index, reason=reason,
-                         op="RecordDataset")
+    return DataLossError(msg, filename=filename, offset=offset, index=index, reason=reason, op=op)
 
 
 # -- writing -----------------------------------------------------------------------------------
@@ -154,13 +175,17 @@ class RecordWriter:
     (16, 35)
     """
 
-    def __init__(self, path, sync: bool = False):
+    _framing = FLOWLAB_FRAMING
+
+    def __init__(self, path, sync: bool = False, compression: str = "", compression_level=None):
         self.path = os.fspath(path)
         self.sync = bool(sync)
         self.records_written = 0
-        self._file = open(self.path, "wb")
-        self._file.write(_file_header())
-        self._offset = HEADER_SIZE
+        self._checksum = self._framing.checksum
+        self._file = None
+        self._file = open_for_writing(self.path, compression_name(compression, "compression"), compression_level)
+        self._file.write(self._framing.header)
+        self._offset = len(self._framing.header)
 
     @property
     def closed(self) -> bool:
@@ -173,26 +198,26 @@ class RecordWriter:
 
     def write(self, record) -> int:
         if self._file is None:
-            raise ValueError(f"write to a closed RecordWriter ({self.path!r})")
+            raise ValueError(f"write to a closed {type(self).__name__} ({self.path!r})")
         if isinstance(record, dict):
             record = encode_example(record)
         elif isinstance(record, str):
-            raise TypeError("RecordWriter.write takes bytes or a dict of features, not str; "
+            raise TypeError(f"{type(self).__name__}.write takes bytes or a dict of features, not str; "
                             "encode it first (text.encode('utf-8'))")
         try:
             payload = memoryview(record).cast("B")
         except TypeError:
-            raise TypeError(f"RecordWriter.write takes bytes-like data or a dict of features, "
+            raise TypeError(f"{type(self).__name__}.write takes bytes-like data or a dict of features, "
                             f"not {type(record).__name__}") from None
         if not payload.c_contiguous:
             payload = memoryview(payload.tobytes())
         length = _U64.pack(payload.nbytes)
-        start = self._offset
+        start, checksum = self._offset, self._checksum
         # Prefix, payload, suffix: the file only ever grows at the end, so it is always a prefix
         # of the full stream and a torn write shows up as a truncated last record.
-        self._file.write(length + _U32.pack(masked_crc(length)))
+        self._file.write(length + _U32.pack(checksum(length)))
         self._file.write(payload)
-        self._file.write(_U32.pack(masked_crc(payload)))
+        self._file.write(_U32.pack(checksum(payload)))
         self._offset += payload.nbytes + RECORD_OVERHEAD
         self.records_written += 1
         return start
@@ -228,7 +253,7 @@ class RecordWriter:
 
     def __repr__(self):
         state = "closed" if self._file is None else "open"
-        return f"<RecordWriter {self.path!r} {state}, {self.records_written} records, {self._offset} bytes>"
+        return f"<{type(self).__name__} {self.path!r} {state}, {self.records_written} records, {self._offset} bytes>"
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -239,9 +264,13 @@ class RecordReader:
     holds the matching ``DataLossError`` objects. Closing it (or exhausting it) closes the file.
     """
 
-    def __init__(self, path, ignore_errors: bool = False, on_skip=None):
+    _framing = FLOWLAB_FRAMING
+
+    def __init__(self, path, ignore_errors: bool = False, on_skip=None, compression: str = "", buffer_size=None):
         self.path = os.fspath(path)
         self.ignore_errors = bool(ignore_errors)
+        self.compression = compression_name(compression, "compression")
+        self.buffer_size = buffer_size
         self._on_skip = on_skip
         self.skipped = 0
         self.errors: list[DataLossError] = []
@@ -272,70 +301,115 @@ class RecordReader:
             self._on_skip(err)
         warnings.warn(f"skipped: {err}", RecordSkippedWarning, stacklevel=4)
 
+    def _loss(self, offset, index, reason, detail=""):
+        return _loss(self.path, offset, index, reason, detail, self._framing.op, self.compression)
+
     def _records(self):
-        name = self.path
-        with open(name, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        try:
+            f = open_for_reading(self.path, self.compression, self.buffer_size)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{self._framing.op}: no such file {self.path!r}") from None
+        with f:
+            try:
+                yield from self._read(f)
+            except EOFError:                       # a compressed stream without its end marker
+                if not self.compression:
+                    raise
+                self._bad(self._loss(self._offset, self._index, "truncated compressed stream",
+                                     f"the {self.compression} stream ends early: the file is cut short, or its "
+                                     f"writer has not been closed yet (records before this one were read)"))
+            except (OSError, zlib.error) as e:     # a compressed stream that cannot be inflated
+                if not self.compression or isinstance(e, FileNotFoundError):
+                    raise
+                self._bad(self._loss(self._offset, self._index, "corrupt compressed data",
+                                     f"{type(e).__name__}: {e}; is the file really {self.compression}-compressed? "
+                                     f"(pass the compression_type it was written with)"))
+
+    def _read(self, f):
+        framing, loss = self._framing, self._loss
+        checksum = framing.checksum
+        # The size bounds a CRC-verified length before reading it; a compressed stream's is unknown.
+        size = None if self.compression else os.fstat(f.fileno()).st_size
+        self._offset, self._index = 0, None
+        if framing.header:
             head = f.read(HEADER_SIZE)
             if len(head) < HEADER_SIZE:
-                self._bad(_loss(name, 0, None, "truncated file header",
-                                f"the file has {len(head)} bytes, a record file starts with a "
-                                f"{HEADER_SIZE}-byte header"))
+                self._bad(loss(0, None, "truncated file header",
+                               f"the file has {len(head)} bytes, a record file starts with a "
+                               f"{HEADER_SIZE}-byte header"))
                 return
             if head[:8] != MAGIC:
-                self._bad(_loss(name, 0, None, "bad magic bytes",
-                                f"expected {MAGIC!r}, found {head[:8]!r}: not a flowlab record file"))
+                self._bad(loss(0, None, "bad magic bytes",
+                               f"expected {MAGIC!r}, found {head[:8]!r}: not a {framing.what} (a TFRecord "
+                               f"file written by TensorFlow? read it with fl.data.TFRecordDataset)"))
                 return
             (stored,) = _U32.unpack_from(head, 12)
-            if stored != masked_crc(head[:12]):
-                self._bad(_loss(name, 0, None, "file header CRC mismatch",
-                                f"stored {stored:#010x}, computed {masked_crc(head[:12]):#010x}"))
+            if stored != checksum(head[:12]):
+                self._bad(loss(0, None, "file header CRC mismatch",
+                               f"stored {stored:#010x}, computed {checksum(head[:12]):#010x}"))
                 return
             (version,) = _U32.unpack_from(head, 8)
             if version != VERSION:
-                self._bad(_loss(name, 0, None, "unsupported version",
-                                f"version {version}, this reader understands {VERSION}"))
+                self._bad(loss(0, None, "unsupported version",
+                               f"version {version}, this reader understands {VERSION}"))
                 return
 
-            offset, index = HEADER_SIZE, 0
-            while True:
-                prefix = f.read(12)
-                if not prefix:
-                    return                               # clean end of file
-                if len(prefix) < 12:
-                    self._bad(_loss(name, offset, index, "truncated record",
-                                    f"the file ends {len(prefix)} bytes into the 12-byte length "
-                                    f"header (file size {size})"))
-                    return
-                length, stored = _LEN_AND_CRC.unpack(prefix)
-                computed = masked_crc(prefix[:8])
-                if stored != computed:
-                    self._bad(_loss(name, offset, index, "length CRC mismatch",
-                                    f"stored {stored:#010x}, computed {computed:#010x}; the length "
-                                    f"cannot be trusted, so the rest of the file is unreadable"))
-                    return
-                end = offset + RECORD_OVERHEAD + length
-                if end > size:
-                    self._bad(_loss(name, offset, index, "truncated record",
-                                    f"the record needs {length + RECORD_OVERHEAD} bytes, but the "
-                                    f"file ends after {size - offset} (file size {size})"))
-                    return
-                payload = f.read(length)
-                suffix = f.read(4)
-                if len(payload) < length or len(suffix) < 4:   # the file shrank while we read it
-                    self._bad(_loss(name, offset, index, "truncated record",
-                                    f"the file ended while reading (file size was {size})"))
-                    return
-                (stored,) = _U32.unpack(suffix)
-                computed = masked_crc(payload)
-                if stored != computed:
-                    # The length passed its own CRC, so the next record starts at ``end``: resync.
-                    self._bad(_loss(name, offset, index, "payload CRC mismatch",
-                                    f"{length}-byte payload, stored {stored:#010x}, "
-                                    f"computed {computed:#010x}"))
-                else:
-                    yield payload
-                offset, index = end, index + 1
+        offset, index = len(framing.header), 0
+        while True:
+            self._offset, self._index = offset, index
+            prefix = f.read(12)
+            if not prefix:
+                return                               # clean end of file
+            if len(prefix) < 12:
+                self._bad(loss(offset, index, "truncated record",
+                               f"the file ends {len(prefix)} bytes into the 12-byte length "
+                               f"header" + (f" (file size {size})" if size is not None else "")))
+                return
+            length, stored = _LEN_AND_CRC.unpack(prefix)
+            computed = checksum(prefix[:8])
+            if stored != computed:
+                self._bad(loss(offset, index, "length CRC mismatch",
+                               f"stored {stored:#010x}, computed {computed:#010x}; the length "
+                               f"cannot be trusted, so the rest of the file is unreadable"
+                               + self._hint(offset)))
+                return
+            end = offset + RECORD_OVERHEAD + length
+            if size is not None and end > size:
+                self._bad(loss(offset, index, "truncated record",
+                               f"the record needs {length + RECORD_OVERHEAD} bytes, but the "
+                               f"file ends after {size - offset} (file size {size})"))
+                return
+            payload = f.read(length)
+            suffix = f.read(4)
+            if len(payload) < length or len(suffix) < 4:   # the file shrank while we read it
+                self._bad(loss(offset, index, "truncated record",
+                               f"the record needs {length + RECORD_OVERHEAD} bytes, but the stream "
+                               f"ended after {12 + len(payload) + len(suffix)}"))
+                return
+            (stored,) = _U32.unpack(suffix)
+            computed = checksum(payload)
+            if stored != computed:
+                # The length passed its own CRC, so the next record starts at ``end``: resync.
+                self._bad(loss(offset, index, "payload CRC mismatch",
+                               f"{length}-byte payload, stored {stored:#010x}, "
+                               f"computed {computed:#010x}"))
+            else:
+                yield payload
+            offset, index = end, index + 1
+
+    def _hint(self, offset) -> str:
+        """Why a first record may look corrupt: the file is of another kind, or compressed."""
+        if offset != len(self._framing.header) or self.compression:
+            return ""
+        with open(self.path, "rb") as f:
+            head = f.read(8)
+        if head[:2] == b"\x1f\x8b":
+            return "; the file starts like a GZIP file: pass compression_type='GZIP'"
+        if head[:1] == b"\x78":
+            return "; the file may be ZLIB-compressed: pass compression_type='ZLIB'"
+        if head == MAGIC:
+            return "; this is a flowlab record file: read it with fl.data.RecordDataset"
+        return ""
 
 
 def read_records(path, ignore_errors: bool = False) -> RecordReader:
@@ -506,7 +580,7 @@ def _filenames(filenames):
     return filenames          # a list or tuple, or anything iterable again (e.g. a Dataset of names)
 
 
-def _iter_records(filenames, ignore_errors, decode, stats):
+def _iter_records(filenames, ignore_errors, decode, stats, reader=None, compression="", buffer_size=None):
     """Payloads (or decoded examples) of every file in order; skips are recorded in ``stats``."""
     def skipped(err):
         stats["skipped"] += 1
@@ -514,8 +588,9 @@ def _iter_records(filenames, ignore_errors, decode, stats):
 
     for item in filenames:
         name = _filename(item)
-        with RecordReader(name, ignore_errors=ignore_errors, on_skip=skipped) as reader:
-            for payload in reader:
+        with (reader or RecordReader)(name, ignore_errors=ignore_errors, on_skip=skipped,
+                                      compression=compression, buffer_size=buffer_size) as reader_:
+            for payload in reader_:
                 if not decode:
                     yield payload
                     continue

@@ -296,9 +296,19 @@ class Checkpoint:
         return _prefix(file_prefix)
 
     def save(self, file_prefix) -> str:
-        """Count one more save and write to ``file_prefix-N`` (N = ``save_counter``); returns that path."""
+        """Count one more save and write to ``file_prefix-N`` (N = ``save_counter``); returns that path.
+        The directory's ``checkpoint`` state file then names it, so ``fl.train.latest_checkpoint(dir)``
+        finds it (``write`` leaves the state file alone)."""
         self.save_counter.assign_add(1)
-        return self.write(f"{_prefix(file_prefix)}-{int(self.save_counter)}")
+        path = self.write(f"{_prefix(file_prefix)}-{int(self.save_counter)}")
+        directory, name = os.path.split(os.path.abspath(path))
+        try:
+            state = _read_state(directory) or {}
+        except ValueError:       # an unreadable state file is replaced, as TensorFlow does
+            state = {}
+        _write_state(directory, [n for n in state.get("all", []) if n != name
+                                 and os.path.exists(_file(os.path.join(directory, n)))] + [name])
+        return path
 
     def restore(self, save_path) -> CheckpointLoadStatus:
         """Assign every variable the value saved under its path. ``None`` (no checkpoint yet, e.g.
@@ -357,9 +367,14 @@ def _read_state(directory):
     return state
 
 
+def _write_state(directory, kept):
+    state = {"format": FORMAT, "latest": kept[-1] if kept else None, "all": kept}
+    atomic_write(os.path.join(directory, STATE_FILE), json.dumps(state, indent=1).encode("utf-8"))
+
+
 def latest_checkpoint(checkpoint_dir):
-    """The path (prefix) of the newest checkpoint a CheckpointManager kept in ``checkpoint_dir``,
-    or None if there is none."""
+    """The path (prefix) of the newest checkpoint that ``Checkpoint.save`` or a ``CheckpointManager``
+    wrote in ``checkpoint_dir`` (what ``Checkpoint.restore`` takes), or None if there is none."""
     state = _read_state(os.fspath(checkpoint_dir))
     if not state or not state.get("all"):
         return None
@@ -426,8 +441,7 @@ class CheckpointManager:
         return path
 
     def _write_state(self, kept):
-        state = {"format": FORMAT, "latest": kept[-1] if kept else None, "all": kept}
-        atomic_write(os.path.join(self.directory, STATE_FILE), json.dumps(state, indent=1).encode("utf-8"))
+        _write_state(self.directory, kept)
 
     def restore_or_initialize(self):
         """Restore the latest checkpoint if there is one; returns its path, or None."""

@@ -9,6 +9,7 @@ and a graph of constants proves little).
 """
 from __future__ import annotations
 
+import io
 import warnings
 
 import numpy as np
@@ -100,6 +101,17 @@ CASES = [
     Case("tanh", "", fl.tanh, [F32(2, 2)]),
     Case("sigmoid", "", fl.nn.sigmoid, [F64(4)]),
     Case("relu", "", fl.nn.relu, [AWAY(2, 3)], grad_ops=["relu_grad"]),
+    Case("log1p", "", fl.math.log1p, [POS(3)]),
+    Case("expm1", "", fl.math.expm1, [F32(3)]),
+    Case("softplus", "", fl.nn.softplus, [F64(4)]),
+    Case("reciprocal", "", fl.math.reciprocal, [AWAY(2, 3)]),
+    Case("rsqrt", "", fl.math.rsqrt, [POS(3)]),
+    Case("round", "", fl.round, [F32(5)]),
+    Case("floor", "", fl.floor, [F32(3)]),
+    Case("ceil", "", fl.math.ceil, [F64(3)]),
+    Case("is_nan", "", fl.math.is_nan, [F32(3)]),
+    Case("is_inf", "", fl.math.is_inf, [F32(3)]),
+    Case("is_finite", "", fl.math.is_finite, [F64(2)]),
     # comparisons and logic (no gradients)
     Case("equal", "", fl.equal, [INT(2, 3, low=0, high=2), INT(3, low=0, high=2)]),
     Case("not_equal", "operator", lambda x, y: x != y, [INT(4, low=0, high=2), INT(4, low=0, high=2)]),
@@ -152,6 +164,10 @@ CASES = [
     Case("reduce_prod", "", lambda x: fl.reduce_prod(x, axis=1), [POS(2, 3)], grad_ops=["reduce_grad"]),
     Case("argmax", "", lambda x: fl.argmax(x, axis=1), [DISTINCT(2, 3)]),
     Case("argmin", "int32", lambda x: fl.argmin(x, output_type=fl.int32), [DISTINCT(3, 2)]),
+    Case("reduce_any", "", lambda x: fl.reduce_any(x, axis=1), [BOOL(2, 3)]),
+    Case("reduce_all", "", fl.math.reduce_all, [BOOL(2, 3)]),
+    Case("top_k_indices", "values and indices", lambda x: fl.math.top_k(x, 2).values * 2.0, [DISTINCT(3, 4)],
+         grad_ops=["gather_grad"]),
     # nn
     Case("softmax", "", fl.nn.softmax, [F32(2, 4)]),
     Case("log_softmax", "axis 0", lambda x: fl.nn.log_softmax(x, axis=0), [F64(3, 2)]),
@@ -173,6 +189,7 @@ CASES = [
          lambda g, x: execute(get_op("max_pool2d_grad"), (g, x), {"ksize": (3, 3), "strides": (2, 2), "padding": "SAME"}),
          [F32(2, 3, 3, 2), DISTINCT(2, 5, 6, 2)], grad_ops=["max_pool2d_grad_grad"]),
     Case("dropout_mask", "seeded", lambda x: fl.nn.dropout(x, 0.5, seed=7), [F32(4, 5)]),
+    Case("sum_to_like", "", lambda g, x: execute(get_op("sum_to_like"), (g, x)), [F32(2, 3, 4), F32(3, 1)]),
     Case("sparse_softmax_cross_entropy_mean", "labels fed", fl.core.ops.nn_ops.sparse_softmax_cross_entropy_mean,
          [IDX(2, 0, 1), F32(3, 4)], grad_ops=["sparse_softmax_cross_entropy_mean_grad"]),
     Case("check_numerics", "", lambda x: fl.debugging.check_numerics(x, "x"), [F32(3)]),
@@ -193,7 +210,8 @@ GRAPH_ONLY = {
     "concat_grad",      # only for sizes unknown while tracing (test_gradient_of_concat_along_an_unknown_axis)
 }
 # Stateful ops: reached through variables, optimizers and fl.random (test_stateful_ops_are_traced).
-STATEFUL = {"read", "assign", "random", "random_shuffle", "optimizer_update", "optimizer_advance"}
+STATEFUL = {"read", "assign", "random", "random_shuffle", "optimizer_update", "optimizer_advance",
+            "print"}   # fl.print: tests/unit/test_tf_names_ops.py
 
 
 def _float_positions(case):
@@ -674,6 +692,7 @@ def test_stateful_ops_are_traced():
     def step(x):
         v.assign_add(x)
         opt.apply_gradients([(x + fl.random.normal([2]), v)])
+        fl.print(x, output_stream=io.StringIO())
         return v * 1.0 + fl.random.shuffle(x)
 
     concrete = fl.function(step).get_concrete_function(fl.zeros([2]))

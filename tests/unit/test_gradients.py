@@ -180,6 +180,11 @@ unary_case("sigmoid", fl.sigmoid, lambda rng, s: 3 * normal(rng, s))
 unary_case("relu", fl.nn.relu, away_from_zero)
 unary_case("identity", fl.identity, normal)
 unary_case("check_numerics", lambda x: fl.debugging.check_numerics(x, "x"), normal)
+unary_case("log1p", fl.math.log1p, positive)
+unary_case("expm1", fl.math.expm1, normal)
+unary_case("softplus", fl.nn.softplus, lambda rng, s: 3 * normal(rng, s))
+unary_case("reciprocal", fl.math.reciprocal, away_from_zero)
+unary_case("rsqrt", fl.math.rsqrt, positive)
 # what a tape records when an op reads a Variable: the value at that moment, gradient passes through
 unary_case("read_variable", lambda x: execute(get_op("read_variable"), (x,)), normal)
 
@@ -472,6 +477,15 @@ def _reshape_like(draw):
     x = x.reshape(shape)   # same number of elements, a different arrangement than g gets
     g_shape = (int(np.prod(shape)),)
     return (lambda g: fl.core.ops.array_ops.reshape_like(g, fl.constant(x))), [normal(rng, g_shape)]
+
+
+@case("sum_to_like")
+def _sum_to_like(draw):
+    # the backward op of broadcasting when a rank is unknown while building: g summed to x's shape at run time
+    rng = np.random.default_rng(draw(seeds))
+    shape = draw(nonscalar_shapes)
+    x = np.zeros(tuple(1 if draw(st.booleans()) else d for d in shape[draw(st.integers(0, len(shape))):]))
+    return (lambda g: execute(get_op("sum_to_like"), (g, fl.constant(x)))), [normal(rng, shape)]
 
 
 @case("sparse_softmax_cross_entropy_grad")

@@ -8,20 +8,25 @@ from pathlib import Path
 import flowlab
 
 PKG = Path(flowlab.__file__).parent
-CORE_LINE_BUDGET = 5000   # non-blank, non-comment lines in flowlab/core (eager, autodiff, graphs, passes,
+CORE_LINE_BUDGET = 5219   # non-blank, non-comment lines in flowlab/core (eager, autodiff, graphs, passes,
 #                           devices, numerics): the engine must still fit in a head; raise it only on purpose
 #                           (4500 -> 4950: compiled fusion, about 450 lines: passes/_cfusion.py, with its
 #                           C source of ~90 lines, passes/_ccompile.py and the switch in config.py;
-#                           4950 -> 5000: control dependencies, the public naming API, composite arguments)
-LAYERS = ["core", "cluster", "data", "nn", "compat", "grading", "distribute", "widgets"]
+#                           4950 -> 5000: control dependencies, the public naming API, composite arguments;
+#                           +116: the ops tutorials call that had no kernel: fl.print (a stateful op, so a
+#                           traced function prints at every call), split, top_k, log1p, softplus, round...;
+#                           +103: unknown rank, TensorShape(None) for tf.placeholder(dtype), shape rules probed
+#                           per rank in Graph.add_node, the sum_to_like op for gradients of broadcasting)
+LAYERS = ["core", "cluster", "data", "io", "nn", "compat", "grading", "distribute", "widgets"]
 BELOW = {  # what each package may import from flowlab (besides itself)
     "core": set(),
     "cluster": {"core"},
     "data": {"core", "cluster"},
-    "nn": {"core", "cluster", "data"},
-    "compat": {"core", "cluster", "data", "nn"},
-    "grading": {"core", "cluster", "data", "nn"},
-    "distribute": {"core", "cluster", "data", "nn"},
+    "io": {"core", "cluster", "data"},          # TFRecord writing and Example parsing, just above data
+    "nn": {"core", "cluster", "data", "io"},
+    "compat": {"core", "cluster", "data", "io", "nn"},
+    "grading": {"core", "cluster", "data", "io", "nn"},
+    "distribute": {"core", "cluster", "data", "io", "nn"},
     "widgets": set(LAYERS) - {"widgets"},
 }
 # Upward imports that exist on purpose, each inside a function (so importing the lower layer never

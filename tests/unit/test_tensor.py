@@ -471,9 +471,12 @@ def test_tensor_shape_compatibility():
     assert fl.TensorShape([]).is_compatible_with([])
 
 
-def test_tensor_shape_none_is_rejected():
-    with pytest.raises(ValueError):
-        fl.TensorShape(None)
+def test_tensor_shape_none_is_unknown_rank():
+    s = fl.TensorShape(None)           # as in TensorFlow: rank unknown, not a scalar
+    assert s.rank is None and str(s) == "<unknown>"
+    assert s.is_compatible_with([2, 3]) and s.is_compatible_with([])
+    with pytest.raises(ValueError, match="rank"):
+        s.as_list()
 
 
 def test_variable_creator_scope_sees_each_new_variable_innermost_only():

@@ -14,16 +14,21 @@ BOOL = np.dtype(np.bool_)
 
 
 def spec(x):
-    """(shape tuple, numpy dtype) of a tensor or spec; eager tensors without building a TensorShape."""
+    """(shape tuple, numpy dtype) of a tensor or spec; eager tensors without building a TensorShape.
+    The shape is None when the rank is unknown (shape rules never see that: ``Graph.add_node``)."""
     v = getattr(x, "_value", None)
     if v is not None:
         return v.shape, v.dtype
-    return tuple(x.shape), numpy_dtype(x.dtype)
+    return shape_of(x), numpy_dtype(x.dtype)
 
 
-def shape_of(x) -> tuple:
+def shape_of(x):
+    """The shape tuple of a tensor or spec, or None when its rank is unknown."""
     v = getattr(x, "_value", None)
-    return v.shape if v is not None else tuple(x.shape)
+    if v is not None:
+        return v.shape
+    s = x.shape
+    return None if getattr(s, "rank", 0) is None else tuple(s)
 
 
 def fail(message: str):

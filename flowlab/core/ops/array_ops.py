@@ -24,10 +24,13 @@ def _ints(shape):
     return tuple(int(d) for d in shape)
 
 
-def unbroadcast(g, shape):
-    """Sum a broadcast gradient back down to ``shape`` (the shape of the input it flowed from).
-    An unknown (None) dimension is taken as not broadcast."""
+def unbroadcast(g, shape, like=None):
+    """Sum a broadcast gradient back down to ``shape`` (the shape of the input ``like`` it flowed
+    from). An unknown (None) dimension is taken as not broadcast; when either rank is unknown, the
+    sum is left to run time (``sum_to_like``)."""
     gshape = R.shape_of(g)
+    if shape is None or gshape is None:
+        return execute(_sum_to_op, (g, like))
     if gshape == shape:
         return g
     lead = len(gshape) - len(shape)
@@ -39,6 +42,21 @@ def unbroadcast(g, shape):
     return g
 
 
+def _sum_to_kernel(g, x):
+    if g.shape == x.shape:
+        return g
+    lead = g.ndim - x.ndim
+    axes = (*builtins.range(lead), *(lead + i for i, d in enumerate(x.shape) if d == 1 and g.shape[lead + i] != 1))
+    return g.sum(axis=axes, dtype=g.dtype).reshape(x.shape)
+
+
+def _sum_to_grad(c, gg):
+    from .math_ops import zeros_like
+    return gg + zeros_like(c.inputs[0]), None   # spread back over g's shape: broadcasting does it
+
+
+_sum_to_op = defop("sum_to_like", _sum_to_kernel, lambda g, x: (R.spec(x)[0], R.spec(g)[1]), _sum_to_grad,
+                   doc="g summed down to the shape x has when the graph runs (gradients of broadcasting ops).")
 _reshape_like_op = defop("reshape_like", lambda g, x: g.reshape(x.shape), lambda g, x: (R.spec(x)[0], R.spec(g)[1]),
                          lambda c, gg: (reshape_like(gg, c.inputs[0]), None),
                          doc="g with the shape x has when the graph runs (for gradients of reshapes).")
@@ -87,7 +105,7 @@ def _broadcast_to_rule(x, shape):
 
 
 _broadcast_to_op = defop("broadcast_to", lambda x, shape: np.broadcast_to(x, shape), _broadcast_to_rule,
-                         lambda c, g: (unbroadcast(g, R.shape_of(c.inputs[0])),))
+                         lambda c, g: (unbroadcast(g, R.shape_of(c.inputs[0]), c.inputs[0]),))
 
 
 def broadcast_to(input, shape, name=None):  # noqa: A002 - TF's signature
@@ -97,17 +115,20 @@ def broadcast_to(input, shape, name=None):  # noqa: A002 - TF's signature
 
 def _transpose_rule(x, perm):
     shape, dtype = R.spec(x)
+    perm = builtins.range(len(shape) - 1, -1, -1) if perm is None else perm   # None: reverse (rank unknown)
     if sorted(perm) != list(builtins.range(len(shape))):
         R.fail(f"perm {list(perm)} is not a permutation of the {len(shape)} axes of shape {tuple(shape)}")
     return tuple(shape[p] for p in perm), dtype
 
 
 _transpose_op = defop("transpose", lambda x, perm: np.transpose(x, perm), _transpose_rule,
-                      lambda c, g: (transpose(g, tuple(np.argsort(c.attrs["perm"]).tolist())),))
+                      lambda c, g: (transpose(g, c.attrs["perm"] and tuple(np.argsort(c.attrs["perm"]).tolist())),))
 
 
 def transpose(a, perm=None, name=None):
     """Permute the axes (reverse them when ``perm`` is None)."""
+    if perm is None and R.shape_of(convert_to_tensor(a)) is None:
+        return execute(_transpose_op, (a,), {"perm": None})
     if perm is None:
         perm = tuple(builtins.range(len(R.shape_of(convert_to_tensor(a))) - 1, -1, -1))
     return execute(_transpose_op, (a,), {"perm": _ints(perm)})
@@ -253,6 +274,33 @@ def unstack(value, axis=0, name=None):
     value = convert_to_tensor(value)
     a = R.norm_axis(axis, value.ndim)
     return [value[(_builtin_slice(None),) * a + (i,)] for i in builtins.range(R.shape_of(value)[a])]
+
+
+def split(value, num_or_size_splits, axis=0, num=None, name=None):
+    """Cut ``value`` along ``axis`` into a list of tensors: ``n`` equal parts for an int ``n``, or parts
+    of the given sizes for a list (one size may be -1: the rest). ``num`` checks the number of parts."""
+    x = convert_to_tensor(value)
+    a = R.norm_axis(int(axis), x.ndim)
+    n = R.shape_of(x)[a]
+    sizes = _ints(num_or_size_splits)
+    if isinstance(num_or_size_splits, (int, np.integer)) or (isinstance(num_or_size_splits, Tensor) and
+                                                              num_or_size_splits.ndim == 0):
+        if sizes[0] < 1 or n is None or n % sizes[0]:
+            raise ValueError(f"split: cannot cut axis {axis} of shape {tuple(R.shape_of(x))} into {sizes[0]} equal "
+                             f"parts; give a list of sizes instead")
+        sizes = (n // sizes[0],) * sizes[0]
+    elif builtins.sum(1 for s in sizes if s == -1) > 1 or builtins.any(s < -1 for s in sizes):
+        raise ValueError(f"split: sizes {list(sizes)} may hold one -1 (the rest) and no other negative size")
+    elif -1 in sizes and n is not None:
+        sizes = tuple(n - builtins.sum(sizes) - 1 if s == -1 else s for s in sizes)
+    if n is not None and (builtins.sum(sizes) != n or builtins.min(sizes) < 0):
+        raise ValueError(f"split: sizes {list(_ints(num_or_size_splits))} do not add up to {n}, the size of axis "
+                         f"{axis} of shape {tuple(R.shape_of(x))}")
+    if num is not None and int(num) != len(sizes):
+        raise ValueError(f"split: num={num} but the split makes {len(sizes)} parts")
+    cut = sizes.index(-1) if -1 in sizes else len(sizes)   # -1 left only when the size is known at run time
+    ends = np.cumsum(sizes[:cut]).tolist() + [-int(np.sum(sizes[i + 1:])) or None for i in builtins.range(cut, len(sizes))]
+    return [x[(_builtin_slice(None),) * a + (_builtin_slice(b, e),)] for b, e in zip([0] + ends, ends)]
 
 
 # -- indexing: x[key], slice, gather ----------------------------------------------------------
@@ -503,5 +551,5 @@ def rank(input, name=None):  # noqa: A002 - TF's signature
 
 
 __all__ = ["reshape", "broadcast_to", "transpose", "expand_dims", "squeeze", "identity", "stop_gradient",
-           "concat", "stack", "unstack", "slice", "gather", "one_hot", "fill", "zeros", "ones", "range",
+           "concat", "stack", "unstack", "split", "slice", "gather", "one_hot", "fill", "zeros", "ones", "range",
            "shape", "size", "rank"]

@@ -11,7 +11,7 @@ from . import array_ops, reduction_ops
 
 
 def _unb(g, x):
-    return array_ops.unbroadcast(g, R.shape_of(x))
+    return array_ops.unbroadcast(g, R.shape_of(x), x)
 
 
 def _binary_op(name, kernel, grad, doc, operator=None, rule=R.elementwise, strict=False):
@@ -110,6 +110,21 @@ def _sigmoid_kernel(x):
 
 sigmoid = _unary_op("sigmoid", _sigmoid_kernel, lambda c, g: (g * c.output * (1 - c.output),),
                     "1 / (1 + e ** -x).", rule=R.floating)
+log1p = _unary_op("log1p", np.log1p, lambda c, g: (g / (1 + c.inputs[0]),), "log(1 + x), exact near 0.",
+                  rule=R.floating)
+expm1 = _unary_op("expm1", np.expm1, lambda c, g: (g * (c.output + 1),), "e ** x - 1, exact near 0.", rule=R.floating)
+softplus = _unary_op("softplus", lambda x: np.logaddexp(0, x), lambda c, g: (g * sigmoid(c.inputs[0]),),
+                     "log(1 + e ** x), without overflow.", rule=R.floating)
+reciprocal = _unary_op("reciprocal", np.reciprocal, lambda c, g: (-g * square(c.output),), "1 / x.", rule=R.floating)
+rsqrt = _unary_op("rsqrt", lambda x: 1 / np.sqrt(x), lambda c, g: (-0.5 * g * c.output ** 3,), "1 / sqrt(x).",
+                  rule=R.floating)
+# rounding has no gradient (zero almost everywhere), as in TensorFlow
+round = _unary_op("round", np.round, None, "Round to the nearest integer, halves to even.")  # noqa: A001 - TF's name
+floor = _unary_op("floor", np.floor, None, "Largest integer <= x.", rule=R.floating)
+ceil = _unary_op("ceil", np.ceil, None, "Smallest integer >= x.", rule=R.floating)
+is_nan, is_inf, is_finite = (
+    _unary_op(n, k, None, f"{n[3:]} elementwise (bool).", rule=lambda x, **_: (R.spec(x)[0], R.BOOL))
+    for n, k in (("is_nan", np.isnan), ("is_inf", np.isinf), ("is_finite", np.isfinite)))
 # relu's gradient is its own op, so that the backward pass is one kernel and twice differentiable.
 _relu_grad = binary(defop("relu_grad", lambda g, y: g * (y > 0), R.elementwise,
                           lambda c, gg: (relu_grad_(gg, c.inputs[1]), None), same_dtype=(0, 1)))
@@ -275,6 +290,11 @@ def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
     if not transpose_a and not transpose_b:
         return _matmul_fast(a, b)
     return execute(_matmul_op, (a, b), {"transpose_a": bool(transpose_a), "transpose_b": bool(transpose_b)})
+
+
+def clip_by_value(t, clip_value_min, clip_value_max, name=None):
+    """``t`` with every element limited to [clip_value_min, clip_value_max] (the gradient is 0 where clipped)."""
+    return minimum(maximum(t, clip_value_min), clip_value_max)
 
 
 def add_n(inputs, name=None):

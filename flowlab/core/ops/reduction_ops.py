@@ -15,20 +15,21 @@ from . import array_ops, math_ops
 
 
 def _axes(x, axis):
-    """Normalize ``axis`` (None, int or sequence, negatives allowed) to None or a sorted tuple."""
+    """Normalize ``axis`` (None, int or sequence, negatives allowed) to None or a sorted tuple
+    (negative axes stay negative when the rank is unknown: the kernels take them as numpy does)."""
     if axis is None:
         return None
-    rank = len(R.shape_of(x))
+    shape = R.shape_of(x)
     if isinstance(axis, Tensor):
         axis = axis.numpy().tolist()
     if isinstance(axis, (int, np.integer)):
         axis = (axis,)
-    return tuple(sorted({R.norm_axis(int(a), rank) for a in axis}))
+    return tuple(sorted({int(a) if shape is None else R.norm_axis(int(a), len(shape)) for a in axis}))
 
 
 def _spread_kernel(g, x, axis, keepdims, mean):
     if not keepdims:
-        g = g.reshape(tuple(1 if axis is None or i in axis else d for i, d in enumerate(x.shape)))
+        g = g.reshape(tuple(1 if axis is None or i in axis or i - x.ndim in axis else d for i, d in enumerate(x.shape)))
     out = array_module(g).empty(x.shape, dtype=g.dtype)
     if mean:
         np.multiply(g, 1 / max(x.size // max(g.size, 1), 1), out=out)
@@ -62,7 +63,9 @@ def _extreme_grad(c, g):
     # NOTE: ties share the gradient equally, so the sum over the inputs stays g (as TensorFlow does).
     x = c.inputs[0]
     y = c.output
-    if not c.attrs["keepdims"]:   # put the reduced axes back as size 1 (works for unknown sizes)
+    if R.shape_of(x) is None:     # rank unknown while building: spread y over x's shape when it runs
+        y = _spread(c, y)
+    elif not c.attrs["keepdims"]:   # put the reduced axes back as size 1 (works for unknown sizes)
         for a in (range(len(R.shape_of(x))) if c.attrs["axis"] is None else c.attrs["axis"]):
             y = array_ops.expand_dims(y, a)
     mask = math_ops.cast(math_ops.equal(x, y), x.dtype)
@@ -123,6 +126,10 @@ reduce_prod = _defreduce("reduce_prod", lambda x, axis, keepdims: x.prod(axis=ax
                          # NOTE: y/x is undefined where x == 0; this rule assumes no zeros.
                          lambda c, g: (_spread(c, g) * _spread(c, c.output) / c.inputs[0],),
                          "Product over ``axis``.")
+reduce_any = _defreduce("reduce_any", lambda x, axis, keepdims: x.any(axis=axis, keepdims=keepdims), None,
+                        "Logical or over ``axis`` (bool input).")
+reduce_all = _defreduce("reduce_all", lambda x, axis, keepdims: x.all(axis=axis, keepdims=keepdims), None,
+                        "Logical and over ``axis`` (bool input).")
 
 
 def _arg_rule(x, axis, output_type):
@@ -147,4 +154,41 @@ def argmin(input, axis=None, output_type=dtypes.int64, name=None):  # noqa: A002
                                           "output_type": dtypes.numpy_dtype(output_type)})
 
 
-__all__ = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin"]
+def _top_k_rule(x, k, flat):
+    shape, dtype = R.spec(x)
+    if not shape or (shape[-1] is not None and shape[-1] < k):
+        R.fail(f"k={k} needs a last axis of at least {k} elements, got shape {tuple(shape)}")
+    return shape[:-1] + (k,), np.dtype(np.int64 if flat else np.int32)
+
+
+def _top_k_kernel(x, k, flat):
+    # NOTE: a stable sort of -x: of equal values the lower index comes first, as in TensorFlow
+    top = np.argsort(-x, axis=-1, kind="stable")[..., :k]
+    return top + np.arange(0, x.size, x.shape[-1]).reshape(x.shape[:-1] + (1,)) if flat else top.astype(np.int32)
+
+
+_top_k_op = defop("top_k_indices", _top_k_kernel, _top_k_rule, strict=True)
+
+
+def top_k(input, k=1, sorted=True, name=None):  # noqa: A002 - TF's signature
+    """The ``k`` largest entries along the last axis, largest first: a pair ``(values, indices)`` that
+    also has ``.values`` and ``.indices``. Gradients flow into ``values``."""
+    x = convert_to_tensor(input)
+    indices = execute(_top_k_op, (x,), {"k": int(k), "flat": False})
+    at = execute(_top_k_op, (x,), {"k": int(k), "flat": True})   # positions in the flattened x
+    return TopK(array_ops.reshape_like(array_ops.gather(array_ops.reshape(x, [-1]), at), indices), indices)
+
+
+class TopK(tuple):
+    values = property(lambda self: self[0])
+    indices = property(lambda self: self[1])
+
+    def __new__(cls, values, indices):
+        return super().__new__(cls, (values, indices))
+
+    def __repr__(self):
+        return f"TopK(values={self[0]!r}, indices={self[1]!r})"
+
+
+__all__ = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_any", "reduce_all",
+           "argmax", "argmin", "top_k"]

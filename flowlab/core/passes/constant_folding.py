@@ -53,7 +53,8 @@ def _shape_only(node, ins):
     positions = SHAPE_ONLY.get(node.op.name)
     if not positions or node.op is not get_op(node.op.name):
         return ()
-    return tuple(i for i in positions if i < len(ins) and None not in ins[i]._shape)
+    return tuple(i for i in positions if i < len(ins) and ins[i]._shape is not None
+                 and None not in ins[i]._shape)
 
 
 def _stand_in(t):
@@ -72,8 +73,8 @@ def _evaluate(node, values):
         return None
     value = np.asarray(value)
     spec = node.output
-    if (value.dtype != spec._dtype or value.ndim != len(spec._shape)
-            or any(d is not None and d != v for d, v in zip(spec._shape, value.shape))):
+    if value.dtype != spec._dtype or spec._shape is not None and (
+            value.ndim != len(spec._shape) or any(d is not None and d != v for d, v in zip(spec._shape, value.shape))):
         return None
     if value.dtype.kind in "fc" and not np.isfinite(value).all():
         return None

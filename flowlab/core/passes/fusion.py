@@ -189,7 +189,7 @@ def elementwise_kernel(steps, inputs, donated=()):
 def _fits(buffer, other) -> bool:
     """Whether broadcasting a value of static shape ``other`` against ``buffer`` keeps ``buffer``'s
     shape (None is an unknown dimension: it fits only against 1)."""
-    return len(other) <= len(buffer) and all(
+    return other is not None and len(other) <= len(buffer) and all(
         o == 1 or (o is not None and o == b) for b, o in zip(reversed(buffer), reversed(other)))
 
 

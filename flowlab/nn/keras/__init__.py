@@ -1,4 +1,5 @@
-"""``fl.keras``: layers, models and their training loop, shaped like ``tf.keras``.
+"""``fl.keras``: layers, models and their training loop, shaped like ``tf.keras`` (also importable as
+``flowlab.keras``: ``from flowlab.keras import layers``).
 
 >>> import flowlab as fl
 >>> model = fl.keras.Sequential([fl.keras.layers.Dense(16, activation="relu", input_shape=(4,)),
@@ -10,11 +11,11 @@
 ['accuracy', 'loss']
 """
 from .. import optimizers  # noqa: F401
-from . import activations, callbacks, initializers, layers, losses, metrics  # noqa: F401
+from . import activations, backend, callbacks, initializers, layers, losses, metrics, models  # noqa: F401
 from .callbacks import History  # noqa: F401
 from .layers import Input  # noqa: F401
 from .model import Model, Sequential  # noqa: F401
 from .progress import ProgressBar  # noqa: F401
 
 __all__ = ["Model", "Sequential", "Input", "History", "ProgressBar", "layers", "losses", "metrics", "callbacks",
-           "optimizers", "initializers", "activations"]
+           "optimizers", "initializers", "activations", "backend", "models"]

@@ -6,12 +6,22 @@ costs one call of the compiled plan: variables are captured by reference, the op
 and metric totals are nodes of the graph, and nothing is converted to Python numbers per batch
 unless a callback asks for a batch's logs (``callbacks.BatchLogs`` reads them on demand).
 
+Steps: by default an epoch is one pass over the data. With ``steps_per_epoch`` (``evaluate``'s and
+``predict``'s ``steps``, fit's ``validation_steps``) it is that many batches, read as Keras reads
+them (:class:`_Feed`): from one stream that goes on across epochs, so a repeating dataset
+(``dataset.repeat()``) gives new batches each epoch; data of exactly that many batches is read anew
+each epoch; data that runs out ends the loop early with a warning that says how many batches it
+gave. A dataset that repeats forever needs a number of steps: without one, a clear error.
+
 A model compiled in a distribution strategy's scope (with more than one replica) trains and
 evaluates through :mod:`._distributed` instead: one ``@fl.function`` per step around
 ``strategy.run`` (one trace per global batch shape), or eager steps around it with
 ``run_eagerly=True``.
 """
 from __future__ import annotations
+
+import itertools
+import warnings
 
 import numpy as np
 
@@ -20,6 +30,7 @@ from ...core import random as _random
 from ...core.function import ConcreteFunction, TensorSpec, function
 from ...core.ops import array_ops
 from ...core.tensor import convert_to_tensor
+from ...data import INFINITE_CARDINALITY
 from . import _data, _distributed
 from ._eager import eager
 from .callbacks import BatchLogs, Callback, CallbackList, History, ModelCheckpoint, ProgbarLogger
@@ -139,10 +150,95 @@ def _new_seed() -> int:
         return int(_random.uniform([], 0, 2**62, dtype=dtypes.int64).numpy())
 
 
+# -- steps ---------------------------------------------------------------------------------------
+def _whole_steps(value, name, what):
+    """``value`` (a number of batches, or None) checked: a whole number >= 1."""
+    if value is None:
+        return None
+    try:
+        ok = not isinstance(value, bool) and int(value) == value and value >= 1
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise _data._error(what, f"{name} must be a whole number of batches >= 1 (or None for one pass over "
+                                 f"the data), got {value!r}")
+    return int(value)
+
+
+def _known_batches(data):
+    """How many batches the data has when that is known without reading it: a number,
+    ``INFINITE_CARDINALITY`` (-1) for a dataset that repeats forever, else None."""
+    if isinstance(data, _data.ArrayData):
+        return data.steps
+    n = int(data.dataset.cardinality())
+    return n if n >= 0 or n == INFINITE_CARDINALITY else None
+
+
+class _Feed:
+    """The batches of each epoch of a loop (see the module docstring). ``steps``: batches per epoch
+    (None: one pass over the data each epoch); ``passes``: how many passes over arrays the stream
+    holds (fit's ``epochs``, as in Keras; then it runs out). ``ran_out`` says the stream ended
+    before an epoch had its ``steps`` batches; ``taken`` counts the batches read so far."""
+
+    def __init__(self, data, steps, passes, what, steps_name):
+        known = _known_batches(data)
+        if steps is None and known == INFINITE_CARDINALITY:
+            raise _data._error(what, f"the dataset repeats forever (dataset.repeat()), so one pass over it never "
+                                     f"ends: give {steps_name}=<number of batches>")
+        self.data, self.limit, self.passes, self.what = data, steps, passes, what
+        self.fresh = steps is None or known == steps       # each epoch reads the data anew, as Keras does
+        self.steps = steps if steps is not None else data.steps
+        self.stream = None
+        self.ran_out = False
+        self.taken = 0
+
+    def epoch(self, seed, epoch, start):
+        """The batches of ``epoch``, from its batch ``start`` (a resumed fit)."""
+        if self.fresh:
+            it = self.data.batches(seed, epoch, start)
+            try:
+                for batch in (it if self.limit is None else itertools.islice(it, self.limit - start)):
+                    self.taken += 1
+                    yield batch
+            finally:
+                it.close()
+            return
+        if self.stream is None:        # one stream for every epoch; a resumed fit restarts it at `start`
+            self.stream = self._stream(seed)
+            for _ in itertools.islice(self.stream, start):
+                pass
+        for _ in range(start, self.limit):
+            batch = next(self.stream, None)
+            if batch is None:
+                self.ran_out = True
+                return
+            self.taken += 1
+            yield batch
+
+    def _stream(self, seed):
+        if isinstance(self.data, _data.ArrayData):      # `passes` passes, each shuffled by its own seed
+            for p in range(self.passes):
+                yield from self.data.batches(seed, p, 0)
+        else:
+            yield from self.data.batches()
+
+    def close(self):
+        if self.stream is not None:
+            self.stream.close()        # the dataset's iterator (its threads, its workers) ends now
+
+    def warn_ran_out(self, detail, stacklevel=4):
+        warnings.warn(f"{self.what}: the data ran out after {self.taken} batches {detail}; stopped there. Give "
+                      f"data that lasts (a dataset that repeats: dataset.repeat()) or fewer steps",
+                      stacklevel=stacklevel)
+
+
 # -- fit -----------------------------------------------------------------------------------------
 def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data, shuffle,
-        initial_epoch, sample_weight, validation_freq, validation_batch_size):
+        initial_epoch, sample_weight, validation_freq, validation_batch_size, steps_per_epoch=None,
+        validation_steps=None):
     model._assert_compiled("fit")
+    steps_per_epoch = _whole_steps(steps_per_epoch, "steps_per_epoch", "fit")
+    validation_steps = _whole_steps(validation_steps, "validation_steps", "fit")
     if validation_split and validation_data is None:
         (x, y, sample_weight), validation_data = _data.split_validation(x, y, sample_weight, validation_split)
     data = _data.adapt(x, y, sample_weight, batch_size, "fit")
@@ -152,6 +248,7 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
     if validation_data is not None:
         val = _validation(validation_data, validation_batch_size or batch_size)
     epochs, initial_epoch = int(epochs), int(initial_epoch)
+    feed = _Feed(data, steps_per_epoch, epochs, "fit", "steps_per_epoch")
     strategy = _distributed.strategy_of(model)
     if strategy is not None:        # in the scope: with several workers, they all start from worker 0's weights
         with strategy.scope():
@@ -172,7 +269,7 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
     cbs.append(history)          # after the user's callbacks: it records what they add to the logs
     if mode is not None and not any(isinstance(cb, ProgbarLogger) for cb in cbs):
         cbs.append(ProgbarLogger(mode))
-    params = {"epochs": epochs, "steps": data.steps, "verbose": verbose}
+    params = {"epochs": epochs, "steps": feed.steps, "verbose": verbose}
     cblist = CallbackList(cbs, model, params)
 
     state = model._fit_state
@@ -191,37 +288,45 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
     begin_hook, end_hook = cblist.wants("on_train_batch_begin"), cblist.wants("on_train_batch_end")
     metric_sources = {m.name: m.result for m in model.metrics}
     logs = {}
-    for epoch in range(first_epoch, epochs):
-        start = first_step if epoch == first_epoch else 0
-        if start == 0:
-            model.reset_metrics()
-        cblist.on_epoch_begin(epoch, {})
-        out = None
-        step = start
-        for batch in data.batches(seed, epoch, start):
-            if begin_hook:
-                cblist.batch("on_train_batch_begin", step)
-            if run is None:
-                run = _runner(model, "train", batch, "fit", data)
-            out = run(*batch)
-            if end_hook:
-                cblist.batch("on_train_batch_end", step, BatchLogs(_sources(model, out, metric_sources)))
-            step += 1
-            if model.stop_training:
+    try:
+        for epoch in range(first_epoch, epochs):
+            start = first_step if epoch == first_epoch else 0
+            if start == 0:
+                model.reset_metrics()
+            cblist.on_epoch_begin(epoch, {})
+            out = None
+            step = start
+            for batch in feed.epoch(seed, epoch, start):
+                if begin_hook:
+                    cblist.batch("on_train_batch_begin", step)
+                if run is None:
+                    run = _runner(model, "train", batch, "fit", data)
+                out = run(*batch)
+                if end_hook:
+                    cblist.batch("on_train_batch_end", step, BatchLogs(_sources(model, out, metric_sources)))
+                step += 1
+                if model.stop_training:
+                    break
+            if isinstance(run, _distributed.ScheduledStep):
+                run.finish()           # the steps still running on the workers, then their weights here
+            if feed.ran_out:
+                feed.warn_ran_out(f"(in epoch {epoch + 1} of {epochs}, at step {step} of steps_per_epoch="
+                                  f"{steps_per_epoch}; {steps_per_epoch * (epochs - initial_epoch)} batches wanted)")
+                if step == start:      # nothing trained this epoch: no epoch end, and the logs stay the last ones
+                    break
+            if params["steps"] is None:
+                params["steps"] = data.steps
+            logs = _logs(_sources(model, out))
+            if strategy is not None:
+                logs = _distributed.reduce_logs(strategy, logs)
+            if val is not None and (epoch + 1) % int(validation_freq) == 0:
+                val_logs = _evaluate_data(model, val, what="fit (validation_data)", steps=validation_steps)
+                logs.update({f"val_{k}": v for k, v in val_logs.items()})
+            cblist.on_epoch_end(epoch, logs)
+            if model.stop_training or feed.ran_out:
                 break
-        if isinstance(run, _distributed.ScheduledStep):
-            run.finish()           # the steps still running on the workers, then their weights here
-        if params["steps"] is None:
-            params["steps"] = data.steps
-        logs = _logs(_sources(model, out))
-        if strategy is not None:
-            logs = _distributed.reduce_logs(strategy, logs)
-        if val is not None and (epoch + 1) % int(validation_freq) == 0:
-            val_logs = _evaluate_data(model, val, what="fit (validation_data)")
-            logs.update({f"val_{k}": v for k, v in val_logs.items()})
-        cblist.on_epoch_end(epoch, logs)
-        if model.stop_training:
-            break
+    finally:
+        feed.close()
     cblist.on_train_end(logs)
     return history
 
@@ -236,54 +341,70 @@ def _validation(validation_data, batch_size):
 
 
 # -- evaluate, predict ---------------------------------------------------------------------------
-def _evaluate_data(model, data, callbacks=None, what="evaluate"):
+def _evaluate_data(model, data, callbacks=None, what="evaluate", steps=None, feed=None):
     _ensure_built(model, data)
     model.reset_metrics()
     out = run = None
     hook = callbacks is not None and callbacks.wants("on_test_batch_end")
-    for step, batch in enumerate(data.batches()):
-        if run is None:
-            run = _runner(model, "test", batch, what, data)
-        out = run(*batch)
-        if hook:
-            callbacks.batch("on_test_batch_end", step, BatchLogs(_sources(model, out)))
+    if feed is None:
+        feed = _Feed(data, steps, 1, what, "validation_steps" if what.startswith("fit") else "steps")
+    try:
+        for step, batch in enumerate(feed.epoch(None, 0, 0)):
+            if run is None:
+                run = _runner(model, "test", batch, what, data)
+            out = run(*batch)
+            if hook:
+                callbacks.batch("on_test_batch_end", step, BatchLogs(_sources(model, out)))
+    finally:
+        feed.close()
+    if feed.ran_out:
+        feed.warn_ran_out(f"({'validation_steps' if what.startswith('fit') else 'steps'}={steps})", stacklevel=5)
     logs = _logs(_sources(model, out))
     strategy = _distributed.strategy_of(model)
     return _distributed.reduce_logs(strategy, logs) if strategy is not None else logs
 
 
-def evaluate(model, x, y, batch_size, verbose, sample_weight, callbacks):
+def evaluate(model, x, y, batch_size, verbose, sample_weight, callbacks, steps=None):
     model._assert_compiled("evaluate")
+    steps = _whole_steps(steps, "steps", "evaluate")
     data = _data.adapt(x, y, sample_weight, batch_size, "evaluate")
     if data.has_y is False:
         raise _data._error("evaluate", "no targets: give y, or a dataset whose elements are (x, y)")
-    cblist = CallbackList(callbacks or [], model, {"steps": data.steps, "verbose": verbose})
+    feed = _Feed(data, steps, 1, "evaluate", "steps")
+    cblist = CallbackList(callbacks or [], model, {"steps": feed.steps, "verbose": verbose})
     cblist.on_test_begin({})
     chief = _distributed.is_chief(_distributed.strategy_of(model))     # only the chief prints
-    bar = ProgressBar(1, data.steps, title="") if _progress_mode(verbose) and chief else None
+    bar = ProgressBar(1, feed.steps, title="") if _progress_mode(verbose) and chief else None
     if bar is not None:
         bar.start().start_epoch(0)
-    logs = _evaluate_data(model, data, cblist)
+    logs = _evaluate_data(model, data, cblist, steps=steps, feed=feed)
     if bar is not None:
-        bar.step = data.steps
+        bar.step = feed.taken
         print(bar.epoch_line({"epoch": 1, "seconds": bar.elapsed(), "values": logs}), flush=True)
     cblist.on_test_end(logs)
     return logs
 
 
-def predict(model, x, batch_size, verbose, callbacks):
+def predict(model, x, batch_size, verbose, callbacks, steps=None):
+    steps = _whole_steps(steps, "steps", "predict")
     data = _data.adapt(x, None, None, batch_size, "predict")
     _ensure_built(model, data)
-    cblist = CallbackList(callbacks or [], model, {"steps": data.steps, "verbose": verbose})
+    feed = _Feed(data, steps, 1, "predict", "steps")
+    cblist = CallbackList(callbacks or [], model, {"steps": feed.steps, "verbose": verbose})
     cblist.on_predict_begin({})
     outputs = []
     run = None
-    for step, batch in enumerate(data.batches()):
-        if run is None:
-            run = _runner(model, "predict", batch, "predict")
-        out = run(batch[0])
-        outputs.append(np.asarray(out))
-        cblist.batch("on_predict_batch_end", step, {"outputs": outputs[-1]})
+    try:
+        for step, batch in enumerate(feed.epoch(None, 0, 0)):
+            if run is None:
+                run = _runner(model, "predict", batch, "predict")
+            out = run(batch[0])
+            outputs.append(np.asarray(out))
+            cblist.batch("on_predict_batch_end", step, {"outputs": outputs[-1]})
+    finally:
+        feed.close()
+    if feed.ran_out:
+        feed.warn_ran_out(f"(steps={steps})", stacklevel=4)
     cblist.on_predict_end({})
     if _progress_mode(verbose):
         print(f"{len(outputs)}/{len(outputs)} batches predicted", flush=True)

@@ -1,7 +1,8 @@
 """Losses: how far predictions are from targets, as one number to minimize.
 
 A loss object is called as ``loss(y_true, y_pred, sample_weight=None)`` and returns the mean over
-the batch (``reduction="sum_over_batch_size"``; also ``"sum"`` and ``"none"``). The functions
+the batch (``reduction="sum_over_batch_size"``; also ``"sum"`` and ``"none"``, or the same as
+``Reduction.SUM_OVER_BATCH_SIZE``, ``SUM``, ``NONE`` and ``AUTO``). The functions
 (``mean_squared_error``...) return one value per example. Targets and predictions whose shapes do
 not fit raise an error that names the loss, both shapes and your line.
 
@@ -16,13 +17,13 @@ from ...core import dtypes
 from ...core.errors import InvalidArgumentError, describe, source_line
 from ...core.ops import array_ops, math_ops, nn_ops, reduction_ops
 from ...core.tensor import Tensor, convert_to_tensor
+from . import backend
 
-__all__ = ["Loss", "MeanSquaredError", "MeanAbsoluteError", "CategoricalCrossentropy",
+__all__ = ["Reduction", "Loss", "MeanSquaredError", "MeanAbsoluteError", "CategoricalCrossentropy",
            "SparseCategoricalCrossentropy", "BinaryCrossentropy", "mean_squared_error", "mean_absolute_error",
            "categorical_crossentropy", "sparse_categorical_crossentropy", "binary_crossentropy", "get", "mse",
            "mae"]
 
-EPSILON = 1e-7   # probabilities are kept in [EPSILON, 1 - EPSILON] before taking their log
 
 
 def _shape(x):
@@ -62,7 +63,8 @@ def _same_shape(name, y_true, y_pred):
 
 def _probabilities(y_pred):
     p = y_pred / reduction_ops.reduce_sum(y_pred, axis=-1, keepdims=True)
-    return math_ops.minimum(math_ops.maximum(p, EPSILON), 1.0 - EPSILON)
+    eps = backend.epsilon()
+    return math_ops.minimum(math_ops.maximum(p, eps), 1.0 - eps)
 
 
 # -- per-example functions ------------------------------------------------------------------
@@ -125,7 +127,8 @@ def binary_crossentropy(y_true, y_pred, from_logits=False):
         z = y_pred
         per = (math_ops.maximum(z, 0.0) - z * y_true + math_ops.log(1.0 + math_ops.exp(-math_ops.abs(z))))
     else:
-        p = math_ops.minimum(math_ops.maximum(y_pred, EPSILON), 1.0 - EPSILON)
+        eps = backend.epsilon()
+        p = math_ops.minimum(math_ops.maximum(y_pred, eps), 1.0 - eps)
         per = -(y_true * math_ops.log(p) + (1.0 - y_true) * math_ops.log(1.0 - p))
     return reduction_ops.reduce_mean(per, axis=-1)
 
@@ -135,15 +138,34 @@ mae = MAE = mean_absolute_error
 
 
 # -- loss objects -----------------------------------------------------------------------------
-_REDUCTIONS = ("sum_over_batch_size", "sum", "none")
+class Reduction:
+    """How a loss object turns per-example values into its result. ``NONE``: the per-example values
+    (what a custom loop under a strategy passes to ``fl.nn.compute_average_loss``); ``SUM``: their
+    sum; ``SUM_OVER_BATCH_SIZE`` and ``AUTO`` (the default): their mean."""
+    AUTO = "auto"
+    NONE = "none"
+    SUM = "sum"
+    SUM_OVER_BATCH_SIZE = "sum_over_batch_size"
+
+    @classmethod
+    def all(cls):
+        return (cls.AUTO, cls.NONE, cls.SUM, cls.SUM_OVER_BATCH_SIZE)
+
+    @classmethod
+    def validate(cls, key):
+        if key not in cls.all():
+            raise ValueError(f"reduction must be one of fl.keras.losses.Reduction.{{AUTO, NONE, SUM, "
+                             f"SUM_OVER_BATCH_SIZE}} ({', '.join(map(repr, cls.all()))}), got {key!r}")
 
 
 class Loss:
     """Base class: ``call(y_true, y_pred)`` gives per-example values; ``__call__`` weights and reduces them."""
 
     def __init__(self, reduction="sum_over_batch_size", name=None):
-        if reduction not in _REDUCTIONS:
-            raise ValueError(f"{type(self).__name__}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+        try:
+            Reduction.validate(reduction)
+        except ValueError as e:
+            raise ValueError(f"{type(self).__name__}: {e}") from None
         self.reduction = reduction
         self.name = name or type(self).__name__
 
@@ -159,11 +181,11 @@ class Loss:
             if len(_shape(w)) > len(_shape(values)) and _shape(w)[-1] == 1:
                 w = array_ops.squeeze(w, -1)
             values = values * w
-        if self.reduction == "none":
+        if self.reduction == Reduction.NONE:
             return values
-        if self.reduction == "sum":
+        if self.reduction == Reduction.SUM:
             return reduction_ops.reduce_sum(values)
-        return reduction_ops.reduce_mean(values)
+        return reduction_ops.reduce_mean(values)     # SUM_OVER_BATCH_SIZE, AUTO
 
     def get_config(self) -> dict:
         return {"name": self.name, "reduction": self.reduction}
@@ -223,7 +245,7 @@ class SparseCategoricalCrossentropy(_Wrapper):
         super().__init__(reduction, name, from_logits=bool(from_logits))
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        if sample_weight is None and self.reduction == "sum_over_batch_size" and self._options["from_logits"]:
+        if sample_weight is None and self.reduction in ("sum_over_batch_size", "auto") and self._options["from_logits"]:
             y_true, y_pred = _sparse_inputs(y_true, y_pred)
             return nn_ops.sparse_softmax_cross_entropy_mean(y_true, y_pred)   # the mean as one op: faster
         return super().__call__(y_true, y_pred, sample_weight)

@@ -98,7 +98,9 @@ class Model(Layer):
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, run_eagerly=False, **kwargs):
         """Choose the optimizer, the loss (a name, a Loss or a function) and the metrics to report.
         The training step runs as a traced ``@fl.function`` graph unless ``run_eagerly=True``."""
-        unsupported = set(kwargs) - {"jit_compile", "steps_per_execution"}
+        # accepted and without effect: jit_compile, steps_per_execution, and Horovod's Keras examples'
+        # experimental_run_tf_function=False (the step is one traced graph either way)
+        unsupported = set(kwargs) - {"jit_compile", "steps_per_execution", "experimental_run_tf_function"}
         if unsupported:
             raise TypeError(f"compile: unexpected keyword argument(s) {sorted(unsupported)}")
         if loss is None:
@@ -194,29 +196,36 @@ class Model(Layer):
     # -- loops -----------------------------------------------------------------------------------
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
             validation_data=None, shuffle=True, initial_epoch=0, sample_weight=None, validation_freq=1,
-            validation_batch_size=None):
+            validation_batch_size=None, steps_per_epoch=None, validation_steps=None):
         """Train for ``epochs`` passes over ``x`` and ``y`` (arrays) or over ``x``, a ``fl.data.Dataset``
         of (x, y) batches. ``verbose``: "auto"/1 a live progress bar (a widget in a notebook, one text
-        line per epoch elsewhere), 2 text lines, 0 nothing. Returns the ``History``."""
+        line per epoch elsewhere), 2 text lines, 0 nothing. Returns the ``History``.
+
+        ``steps_per_epoch``: an epoch is that many batches, taken from one stream that goes on across
+        epochs (a dataset that repeats, ``dataset.repeat()``, never runs out; one that does ends the
+        fit with a warning). ``validation_steps``: at most that many batches of ``validation_data``."""
         return _training.fit(self, x, y, batch_size=batch_size, epochs=epochs, verbose=verbose, callbacks=callbacks,
                              validation_split=validation_split, validation_data=validation_data, shuffle=shuffle,
                              initial_epoch=initial_epoch, sample_weight=sample_weight,
-                             validation_freq=validation_freq, validation_batch_size=validation_batch_size)
+                             validation_freq=validation_freq, validation_batch_size=validation_batch_size,
+                             steps_per_epoch=steps_per_epoch, validation_steps=validation_steps)
 
-    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, callbacks=None,
-                 return_dict=False):
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
+                 callbacks=None, return_dict=False):
         """The loss and metrics over ``x``, ``y``: a number (no metrics), a list [loss, *metrics], or
-        with ``return_dict`` a dict."""
+        with ``return_dict`` a dict. ``steps``: at most that many batches (needed for a dataset that
+        repeats forever)."""
         logs = _training.evaluate(self, x, y, batch_size=batch_size, verbose=verbose, sample_weight=sample_weight,
-                                  callbacks=callbacks)
+                                  callbacks=callbacks, steps=steps)
         if return_dict:
             return logs
         values = list(logs.values())
         return values[0] if len(values) == 1 else values
 
-    def predict(self, x, batch_size=None, verbose=0, callbacks=None):
-        """The model's outputs for ``x`` (arrays or a dataset), as one numpy array."""
-        return _training.predict(self, x, batch_size=batch_size, verbose=verbose, callbacks=callbacks)
+    def predict(self, x, batch_size=None, verbose=0, steps=None, callbacks=None):
+        """The model's outputs for ``x`` (arrays or a dataset), as one numpy array; ``steps``: at most
+        that many batches."""
+        return _training.predict(self, x, batch_size=batch_size, verbose=verbose, callbacks=callbacks, steps=steps)
 
     def train_on_batch(self, x, y=None, sample_weight=None):
         """One training step on one batch; returns the loss (and metrics) of that batch."""
