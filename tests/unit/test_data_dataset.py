@@ -262,13 +262,17 @@ def test_iterator_protocol_and_tensors():
     assert list(itertools.islice(Dataset.range(100).as_numpy_iterator(), 2)) == [0, 1]
 
 
-def test_bytes_components_pass_through_stages_but_do_not_batch():
+def test_bytes_components_pass_through_stages_and_batch_into_object_arrays():
     ds = Dataset.from_generator(lambda: iter([b"a", b"bc"])).map(lambda b: (b, len(b)))
     assert values(ds.map(lambda b, n: (b, n)).shuffle(2, seed=0).take(5)) in (
         [(b"a", 1), (b"bc", 2)], [(b"bc", 2), (b"a", 1)])
     assert ds.element_spec == (bytes, fl.TensorSpec([], fl.int32))
+    (strings, lengths), = list(ds.batch(2))      # byte strings stack into a numpy object array of bytes
+    assert strings.dtype == object and strings.tolist() == [b"a", b"bc"] and lengths.numpy().tolist() == [1, 2]
+    assert [b for b, _ in values(ds.batch(2).unbatch())] == [b"a", b"bc"]
+    mixed = Dataset.from_generator(lambda: iter([b"a", "b"]))
     with pytest.raises(fl.errors.InvalidArgumentError, match="only tensors can be stacked"):
-        values(ds.batch(2))
+        values(mixed.batch(2))
 
 
 # -- list_files -------------------------------------------------------------------------------------
