@@ -9,6 +9,13 @@ While it waits, a client asks its ``health(task)`` callable (a LocalCluster's li
 every ``HEALTH_EVERY`` seconds and raises the error it returns (the task died or stopped
 answering), so no call waits on a task that cannot answer. Without ``health``, calls wait at most
 their ``timeout``.
+
+A KeyboardInterrupt while a call waits (the notebook's Interrupt button) sends each task that has
+not answered a signed ``cancel`` for its request, waits up to ``CANCEL_WAIT`` seconds for them to
+confirm, and raises :class:`~flowlab.cluster.errors.Interrupted` saying what was cancelled and
+what still runs. A task whose work did not stop is *busy*: the next ``run``/``op``/``partition``/
+``push`` request to it raises :class:`~flowlab.cluster.errors.WorkerBusyError` naming it and how to
+end it (``stop_hint(task)``, e.g. ``cluster.restart(1)``), instead of queueing silently behind it.
 """
 from __future__ import annotations
 
@@ -17,7 +24,7 @@ import threading
 import time
 
 from . import events as _events
-from .errors import ClusterError, ClusterTimeoutError, ProtocolError, remote_error
+from .errors import ClusterError, ClusterTimeoutError, Interrupted, ProtocolError, WorkerBusyError, remote_error
 from .protocol import Signer, Verifier, dumps, loads, new_id
 from .spec import ClusterSpec, parse_task, task_name
 
@@ -25,6 +32,9 @@ __all__ = ["Client", "Pending"]
 
 HEALTH_EVERY = 0.1          # seconds between liveness checks while a call waits
 DEFAULT_TIMEOUT = 60.0      # a control call's deadline when none is given
+CANCEL_WAIT = 3.0           # seconds an interrupted call waits for its tasks to confirm the cancel
+BUSY_WAIT = 0.5             # seconds a request to a busy task waits for the interrupted work to end
+_QUEUED = frozenset(("run", "op", "partition", "push"))   # requests that queue behind running work
 _monotonic = time.monotonic
 
 
@@ -71,6 +81,8 @@ class Client:
         self._peers: dict[str, _Peer] = {}
         self._lock = threading.Lock()
         self.dropped = 0
+        self.stop_hint = None       # stop_hint(task) -> how a user ends that task's process, e.g. "cluster.restart(1)"
+        self._busy: dict = {}       # task -> (Pending, when): interrupted work that did not stop
 
     @classmethod
     def connect(cls, spec, key, *, transport=None, timeout: float = 10.0) -> "Client":
@@ -87,6 +99,7 @@ class Client:
         """Connect to ``task`` at ``address``. Without ``server_id`` (the server's random id, which
         every request names so it cannot be replayed to another server), ask it with ``hello``."""
         task = task_name(*parse_task(task))
+        self._busy.pop(task, None)
         with self._lock:
             old = self._peers.pop(task, None)
             if old is not None:
@@ -101,6 +114,7 @@ class Client:
             peer.server_id, peer.pid = reply.body["id"], reply.body["pid"]
 
     def remove(self, task) -> None:
+        self._busy.pop(task_name(*parse_task(task)), None)
         with self._lock:
             peer = self._peers.pop(task_name(*parse_task(task)), None)
         if peer is not None:
@@ -129,6 +143,8 @@ class Client:
         peer = self._peers.get(task)
         if peer is None:
             peer = self._peer(task)
+        if self._busy and type in _QUEUED and peer.task in self._busy:
+            self._check_busy(peer, type)
         to = peer.server_id or "*"
         seq = self._signer.next_seq()
         frames = self._signer.pack(type, to, body, buffers, sign_buffers, seq)
@@ -139,7 +155,10 @@ class Client:
     def result(self, pending: Pending, timeout: float | None = DEFAULT_TIMEOUT):
         """The reply to ``pending``; raises RemoteError if the handler raised, the health error if
         the task died or hung, ClusterTimeoutError after ``timeout`` seconds (None: no deadline)."""
-        msg = self._poll(pending, HEALTH_EVERY if timeout is None else min(HEALTH_EVERY, timeout))
+        try:
+            msg = self._poll(pending, HEALTH_EVERY if timeout is None else min(HEALTH_EVERY, timeout))
+        except KeyboardInterrupt:
+            self._interrupted([pending])
         if msg is None:                        # not within the first slice: the full wait
             return self.results([pending], timeout)[0]
         if not msg.body.get("ok"):
@@ -152,6 +171,12 @@ class Client:
         n = len(pendings)
         out = [None] * n
         left = list(range(n))
+        try:
+            return self._results(pendings, timeout, out, left)
+        except KeyboardInterrupt:
+            self._interrupted([pendings[i] for i in left])
+
+    def _results(self, pendings, timeout, out, left):
         deadline = None if timeout is None else _monotonic() + timeout
         health = self.health
         while left:
@@ -211,6 +236,74 @@ class Client:
         """The same request to every task in ``tasks`` (all sent before any reply is awaited);
         the replies in the order of ``tasks``."""
         return self.results([self.submit(t, type, body, buffers) for t in tasks], timeout)
+
+    # -- interrupts ------------------------------------------------------------------------------
+    def _interrupted(self, waiting):
+        """Cancel ``waiting`` on their tasks, wait up to CANCEL_WAIT s for each to stop, raise Interrupted."""
+        cancels = []
+        for p in waiting:
+            try:
+                cancels.append(self.submit(p.task, "cancel", {"seq": p.seq}))
+            except Exception:   # noqa: BLE001 - a task we cannot reach: reported below as not confirmed
+                pass
+        deadline = _monotonic() + CANCEL_WAIT
+        outcome: dict[str, list] = {"cancelled": [], "finished": [], "gone": [], "running": []}
+        for p in waiting:
+            state = None
+            while state is None:
+                msg = self._poll(p, max(0.0, min(HEALTH_EVERY, deadline - _monotonic())))
+                if msg is not None:
+                    stopped = not msg.body.get("ok") and (msg.body.get("error") or {}).get("type") == "KeyboardInterrupt"
+                    state = "cancelled" if stopped else "finished"
+                elif self.health is not None and self.health(p.task) is not None:
+                    state = "gone"
+                elif _monotonic() >= deadline:
+                    state = "running"
+            outcome[state].append(p)
+        for c in cancels:    # the cancels' own acknowledgements: nobody reads them
+            peer = self._peers.get(c.task)
+            if peer is not None:
+                peer.stash.pop(c.seq, None)
+        now = _monotonic()
+        for p in outcome["running"]:
+            if p.type in _QUEUED:     # work that later requests would queue behind
+                self._busy[p.task] = (p, now)
+        raise Interrupted(self._interrupt_message(outcome), [p.task for p in outcome["cancelled"]],
+                          [p.task for p in outcome["running"]]) from None
+
+    def _interrupt_message(self, outcome) -> str:
+        what = sorted({p.type for ps in outcome.values() for p in ps})
+        lines = [f"interrupted while waiting for {' and '.join(repr(w) for w in what) or 'nothing'} on the cluster"]
+        if outcome["cancelled"]:
+            lines.append(f"cancelled on {', '.join(p.task for p in outcome['cancelled'])}: free for the next call")
+        if outcome["finished"]:
+            lines.append(f"already finished on {', '.join(p.task for p in outcome['finished'])} (result dropped)")
+        if outcome["gone"]:
+            lines.append(f"{', '.join(p.task for p in outcome['gone'])}: the task is gone (died or stopped answering)")
+        for p in outcome["running"]:
+            peer = self._peers.get(p.task)
+            lines.append(f"{p.task}{f' (pid {peer.pid})' if peer and peer.pid else ''} did not stop within "
+                         f"{CANCEL_WAIT:g} s (busy in code that does not return to Python): it is STILL RUNNING "
+                         f"there, and new calls to it raise WorkerBusyError until it finishes; "
+                         f"{self._how_to_stop(p.task)} ends it now")
+        return "\n  ".join(lines)
+
+    def _how_to_stop(self, task) -> str:
+        hint = self.stop_hint(task) if self.stop_hint is not None else None
+        return hint or "restarting that task's process"
+
+    def _check_busy(self, peer, type):
+        """Raise WorkerBusyError if the interrupted work on ``peer`` still runs (after BUSY_WAIT s)."""
+        pending, since = self._busy[peer.task]
+        if self._poll(pending, BUSY_WAIT) is not None or (self.health is not None and self.health(peer.task)):
+            self._busy.pop(peer.task, None)
+            return
+        hint = self._how_to_stop(peer.task)
+        raise WorkerBusyError(
+            f"{peer.task}{f' (pid {peer.pid})' if peer.pid else ''} is still running the {pending.type!r} request that "
+            f"was interrupted {_monotonic() - since:.0f} s ago (it did not stop); this {type!r} request would wait "
+            f"behind it. Wait and try again, or end it with {hint}", peer.task, peer.pid,
+            hint if self.stop_hint is not None else None)
 
     # -- code ------------------------------------------------------------------------------------
     def call(self, task: str, fn, *args, timeout: float | None = None, **kwargs):

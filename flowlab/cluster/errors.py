@@ -8,6 +8,10 @@ Every error a cluster call raises is a :class:`ClusterError`. The three a learne
   Where the remote exception's class can be found here, the error raised is also an instance of it,
   so ``except ZeroDivisionError:`` still works around a remote call.
 
+Interrupting a call that waits on tasks (the notebook's Interrupt button) raises
+:class:`Interrupted`, a KeyboardInterrupt that says what was cancelled on the tasks and what still
+runs there; a later call to a task still busy with it raises :class:`WorkerBusyError`.
+
 Each carries the last lines of the task's log when the cluster has one (a LocalCluster does).
 """
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import signal as _signal
 
 __all__ = ["ClusterError", "WorkerDiedError", "WorkerUnresponsiveError", "RemoteError",
-           "ClusterTimeoutError", "ProtocolError", "describe_exit"]
+           "ClusterTimeoutError", "ProtocolError", "WorkerBusyError", "Interrupted", "describe_exit"]
 
 
 class ClusterError(RuntimeError):
@@ -36,26 +40,50 @@ class ClusterError(RuntimeError):
 class WorkerDiedError(ClusterError):
     """The task's process exited; ``exitcode`` (>= 0) or ``signal`` (a signal number) says how."""
 
-    def __init__(self, task, pid=None, exitcode=None, signal=None, log_tail=None, doing=None):
-        self.exitcode, self.signal = exitcode, signal
+    def __init__(self, task, pid=None, exitcode=None, signal=None, log_tail=None, doing=None, restart=None):
+        self.exitcode, self.signal, self.restart = exitcode, signal, restart
         what = f" while {doing}" if doing else ""
-        super().__init__(f"{task}{_pid(pid)} died{what}: {describe_exit(exitcode, signal)}", task, pid, log_tail)
+        how = f"; start it again with {restart}" if restart else ""
+        super().__init__(f"{task}{_pid(pid)} died{what}: {describe_exit(exitcode, signal)}{how}", task, pid, log_tail)
 
 
 class WorkerUnresponsiveError(ClusterError):
     """The task's process is there but sent no heartbeat for ``silent_for`` seconds (stopped with
     SIGSTOP, frozen, or starved). ``state`` is its process state where known (e.g. ``T (stopped)``)."""
 
-    def __init__(self, task, pid=None, silent_for=0.0, state=None, log_tail=None, doing=None):
-        self.silent_for, self.state = silent_for, state
+    def __init__(self, task, pid=None, silent_for=0.0, state=None, log_tail=None, doing=None, restart=None):
+        self.silent_for, self.state, self.restart = silent_for, state, restart
         what = f" while {doing}" if doing else ""
         st = f"; process state {state}" if state else ""
-        super().__init__(f"{task}{_pid(pid)} stopped answering{what}: no heartbeat for {silent_for:.1f} s{st}",
+        how = f"; if it stays silent, {restart} ends it and starts a new one" if restart else ""
+        super().__init__(f"{task}{_pid(pid)} stopped answering{what}: no heartbeat for {silent_for:.1f} s{st}{how}",
                          task, pid, log_tail)
 
 
 class ClusterTimeoutError(ClusterError, TimeoutError):
     """A call's own deadline passed while its task still looked alive."""
+
+
+class WorkerBusyError(ClusterError):
+    """The task is still running a call that was interrupted here and did not stop (stuck in C
+    code); a new request would wait behind it. ``restart``: the call that ends it, where known."""
+
+    def __init__(self, message, task=None, pid=None, restart=None):
+        super().__init__(message, task, pid)
+        self.restart = restart
+
+
+class Interrupted(KeyboardInterrupt):
+    """A call waiting on tasks was interrupted (KeyboardInterrupt, e.g. the notebook's Interrupt
+    button). ``cancelled``: the tasks whose work was stopped; ``still_running``: those whose work
+    did not stop in time (each still busy until it finishes or is restarted)."""
+
+    def __init__(self, message, cancelled=(), still_running=()):
+        super().__init__(message)
+        self.cancelled, self.still_running = list(cancelled), list(still_running)
+
+    def __str__(self):
+        return BaseException.__str__(self)
 
 
 class ProtocolError(ClusterError):

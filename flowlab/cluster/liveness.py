@@ -125,6 +125,7 @@ class Monitor:
         self._changed = threading.Condition(self._lock)
         self._stop = threading.Event()
         self.dropped = 0
+        self.restart_hint = None    # restart_hint(task) -> the call that restarts it ("cluster.restart(1)")
         self._thread = threading.Thread(target=self._run, name="flowlab-monitor", daemon=True)
         self._thread.start()
 
@@ -157,15 +158,16 @@ class Monitor:
         state = self._tasks.get(task)
         if state is None or state.status in ("alive", "starting"):
             return None
+        restart = self.restart_hint(task) if self.restart_hint is not None else None
         if state.status == "dead":
             code = state.exitcode
             return WorkerDiedError(task, state.pid, code if code is None or code >= 0 else None,
                                    -code if code is not None and code < 0 else None,
-                                   log_tail(state.log_path), doing)
+                                   log_tail(state.log_path), doing, restart)
         if state.status == "unresponsive":
             silent = _monotonic() - state.last_seen if state.last_seen else self.timeout
             return WorkerUnresponsiveError(task, state.pid, silent, process_state(state.pid) if state.pid else None,
-                                           log_tail(state.log_path), doing)
+                                           log_tail(state.log_path), doing, restart)
         return WorkerDiedError(task, state.pid, log_tail=None, doing=doing or "the cluster was closed")
 
     def wait_ready(self, tasks, timeout: float) -> None:

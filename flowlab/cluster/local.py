@@ -10,8 +10,10 @@ the constructor returns when every one has said it is ready. A per-cluster rando
 message. The client, the tasks and their heartbeats talk over the local lane (Unix sockets beside
 each port, :mod:`.unix`; ``cluster.client.stats["lanes"]`` shows it), TCP where there is none.
 Closing the cluster, the end of the ``with`` block, the kernel's exit, restart or death all end
-every worker; the notebook's Interrupt button does not. Workers that die or hang are
-reported by the next call that waits on them (see :mod:`.liveness`).
+every worker. The notebook's Interrupt button does not end them: it cancels the work a call was
+waiting for on them (the client sends each a signed ``cancel``), or says which worker is still
+running it and that ``cluster.restart(i)`` ends it. Workers that die or hang are reported by the
+next call that waits on them (see :mod:`.liveness`), with the call that starts them again.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import time
 import weakref
 
 from .client import Client
-from .errors import ClusterError
+from .errors import ClusterError, describe_exit
 from .liveness import Monitor, log_tail
 from .protocol import dumps, new_key
 from .spec import ClusterSpec, parse_task, task_name
@@ -120,6 +122,20 @@ class _Resources:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 
+def restart_call(task) -> str:
+    """The call a user types to restart ``task``: ``cluster.restart(1)`` for worker 1,
+    ``cluster.restart("/job:ps/task:0")`` for another job's task."""
+    job, index = parse_task(task)
+    return f"cluster.restart({index})" if job == "worker" else f"cluster.restart({task_name(job, index)!r})"
+
+
+def _dead_note(t) -> str:
+    """`` (killed by signal 9 (SIGKILL); cluster.restart(1) starts it again)`` for a dead task."""
+    if t["status"] != "dead":
+        return ""
+    return f" ({describe_exit(t.get('exitcode'))}; {restart_call(t['task'])} starts it again)"
+
+
 def _close_stdin(p):
     try:
         if p.stdin is not None and not p.stdin.closed:
@@ -168,6 +184,7 @@ class LocalCluster:
             # health: the monitor's own method, so nothing in `res` refers back to the cluster and a
             # cluster nobody holds any more is collected (and its workers ended) by the finalizer
             res.client = Client(self._key, transport=self._transport, health=res.monitor.problem)
+            res.monitor.restart_hint = res.client.stop_hint = restart_call   # plain functions: no reference back
             for i, task in enumerate(self._tasks):
                 self._spawn(task, None if port is None else port + i)
             res.monitor.wait_ready(self._tasks, start_timeout)
@@ -327,7 +344,8 @@ class LocalCluster:
         lines = [f"LocalCluster({len(self.workers)} worker(s), {len(self._tasks) - len(self.workers)} ps)"
                  f"{' closed' if self.closed else ''}"]
         for t in snap["tasks"]:
-            lines.append(f"  {t['task']:<20} {t['status']:<13} pid {t['pid'] or '-':<8} {t['address'] or '-'}")
+            lines.append(f"  {t['task']:<20} {t['status']:<13} pid {t['pid'] or '-':<8} {t['address'] or '-'}"
+                         f"{_dead_note(t)}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -338,7 +356,8 @@ class LocalCluster:
                   "closed": "#616161"}
         rows = "".join(
             f"<tr><td><code>{html.escape(t['task'])}</code></td>"
-            f"<td style='color:{colour.get(t['status'], '#000')}'>&#9679; {t['status']}</td>"
+            f"<td style='color:{colour.get(t['status'], '#000')}'>&#9679; {t['status']}"
+            f"{html.escape(_dead_note(t))}</td>"
             f"<td>{t['pid'] or '-'}</td><td><code>{html.escape(t['address'] or '-')}</code></td></tr>"
             for t in snap["tasks"])
         title = f"LocalCluster: {len(self.workers)} worker(s)" + (" (closed)" if self.closed else "")

@@ -4,11 +4,12 @@
     cluster = fl.cluster.LocalCluster(workers=2)
 
     %%px
-    import flowlab as fl
-    print("I am worker", fl.cluster.rank())
+    print("I am worker", rank, "of", world_size)    # fl, np, rank, world_size, size are at hand
 
 Each worker runs the cell in a namespace of its own that lives as long as the worker (names
-defined by one ``%%px`` cell are there for the next), and sends back what it printed; the output
+defined by one ``%%px`` cell are there for the next). It starts with ``fl`` (flowlab), ``np``
+(numpy), ``rank`` (this worker's index), and ``world_size`` and ``size`` (how many workers), so
+a cell can use them without importing anything. Each worker sends back what it printed; the output
 appears under the cell, rank by rank, each part headed ``[worker N]``. If the cell's last line
 is an expression, its value is shown too. If the cell raised on any worker, every worker's output
 is still shown, then the error is raised here naming the workers where it failed.
@@ -32,7 +33,19 @@ _namespace: dict = {"__name__": "__px__"}    # on a worker: what its %%px cells 
 
 def px_namespace() -> dict:
     """On a worker: the names its ``%%px`` cells defined (for a function sent with ``cluster.run``)."""
+    if not _namespace.get("__px_ready__"):
+        _prepare(_namespace)
     return _namespace
+
+
+def _prepare(ns) -> None:
+    """What a ``%%px`` cell finds without importing: ``fl``, ``np``, ``rank``, ``world_size``, ``size``."""
+    import numpy
+
+    import flowlab
+    from .server import rank, world_size
+    n = world_size()
+    ns.update(fl=flowlab, np=numpy, rank=rank(), world_size=n, size=n, __px_ready__=True)
 
 
 class PxError(RuntimeError):
@@ -46,11 +59,12 @@ def run_cell(source: str) -> dict:
     sys.stdout, sys.stderr = out, err
     error = None
     try:
+        namespace = px_namespace()
         tree = ast.parse(source, filename="<%%px cell>")
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        exec(compile(tree, "<%%px cell>", "exec"), _namespace)   # noqa: S102 - the user's own cell
+        exec(compile(tree, "<%%px cell>", "exec"), namespace)   # noqa: S102 - the user's own cell
         if last is not None:
-            value = eval(compile(ast.Expression(last.value), "<%%px cell>", "eval"), _namespace)  # noqa: S307
+            value = eval(compile(ast.Expression(last.value), "<%%px cell>", "eval"), namespace)  # noqa: S307
             if value is not None:
                 print(repr(value))
     except BaseException as e:   # noqa: B036 - shown under the worker's label, raised on the client

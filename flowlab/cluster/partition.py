@@ -25,11 +25,11 @@ import os
 
 import numpy as np
 
-from ..core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError, did_you_mean
 from .errors import ClusterError, ClusterTimeoutError, RemoteError
 from .protocol import dumps, new_id
 from .spec import ClusterSpec, parse_task, task_name
-from .task_exec import VarRef
+from .task_exec import SHARED, VarRef
 
 __all__ = ["connect", "Connection", "PartitionedPlan", "task_of"]
 
@@ -57,10 +57,25 @@ def _normalise_target(target: str) -> str:
 class Connection:
     """A client to every task of a cluster, and which task is the master (the target's)."""
 
-    def __init__(self, client, spec: ClusterSpec, master: str, owned: bool, monitored: bool):
+    def __init__(self, client, spec: ClusterSpec, master: str, owned: bool, monitored: bool, pending=None):
         self.client, self.spec, self.master, self.owned = client, spec, master, owned
         self.timeout = None if monitored else RUN_TIMEOUT
         self.tasks = set(spec.tasks())
+        self._pending = dict(pending or {})   # task -> address: not connected to until a graph needs it
+
+    def ensure(self, tasks, timeout: float = 10.0) -> None:
+        """Connect to those of ``tasks`` not reached yet (a graph's tasks, when it is first planned):
+        a worker's session needs only the tasks its graph uses, not every worker of the cluster."""
+        for task in tasks:
+            address = self._pending.get(task)
+            if address is None:
+                continue
+            try:
+                self.client.add(task, address, timeout=timeout)
+            except ClusterTimeoutError:
+                raise ClusterError(f"no flowlab server answered for {task} at {address} within {timeout:g} s, and "
+                                   f"this graph has nodes there: start that task's server first") from None
+            del self._pending[task]
 
     def close(self):
         if self.owned:
@@ -104,12 +119,12 @@ def connect(target: str, timeout: float = 10.0) -> Connection:
         else:
             spec = ClusterSpec({j: ({int(i): a for i, a in t.items()} if isinstance(t, dict) else t)
                                 for j, t in cluster.items()})
-        for task in spec.tasks():
-            client.add(task, address if task == hello["task"] else spec.address_of(task), timeout=timeout)
+        client.add(hello["task"], address, timeout=timeout)
+        pending = {t: spec.address_of(t) for t in spec.tasks() if t != hello["task"]}
     except BaseException:
         client.close()
         raise
-    return Connection(client, spec, hello["task"], owned=True, monitored=False)
+    return Connection(client, spec, hello["task"], owned=True, monitored=False, pending=pending)
 
 
 def task_of(node, master: str) -> tuple[str, str]:
@@ -132,14 +147,17 @@ def task_of(node, master: str) -> tuple[str, str]:
 
 
 def _wire_attrs(attrs):
-    """Attributes as they travel: variables become references (each task keeps its own)."""
+    """Attributes as they travel: variables become references (each task keeps its own). A variable
+    with a ``shared_name`` (a TF1 variable placed on a task) is that task's resource of that name,
+    the same for every client that names it (task_exec.SHARED)."""
     if not attrs:
         return {}
     out = dict(attrs)
     for k, v in attrs.items():
         if k == "variable" and hasattr(v, "_id"):
-            out[k] = VarRef(f"{_VAR_PREFIX}-{v._id}", getattr(v, "_name", "Variable"), v._value.shape,
-                            v._value.dtype)
+            shared = getattr(v, "shared_name", None)
+            uid = f"{SHARED}{shared}" if shared else f"{_VAR_PREFIX}-{v._id}"
+            out[k] = VarRef(uid, getattr(v, "_name", "Variable"), v._value.shape, v._value.dtype)
     return out
 
 
@@ -159,8 +177,8 @@ class PartitionedPlan:
             if task not in conn.tasks:
                 raise InvalidArgumentError(
                     f"node {n.name} (made at {n.source}) is placed on {task}, which this cluster does not have "
-                    f"(it has {sorted(conn.tasks)}): the job names in fl.device / tf.device strings must match "
-                    f"the ClusterSpec's", op=n.op.name, source=n.source)
+                    f"(it has {sorted(conn.tasks)}){did_you_mean(task, sorted(conn.tasks))} The job names and task "
+                    f"numbers in fl.device / tf.device strings must match the ClusterSpec's", op=n.op.name, source=n.source)
             where[n.index] = task
             part = entries.setdefault(task, [])
             # a control input on another task is received like a data edge (the value is not used):
@@ -190,6 +208,7 @@ class PartitionedPlan:
             self._fetch_from.append((task, lst.index(t.node.index)))
         self.partitions = {task: [e[4] if e[8] is None else f"recv {e[4]} from {e[8]}" for e in part]
                            for task, part in entries.items()}
+        conn.ensure(entries)
         self._messages = {task: (dumps([tuple(e) for e in part]), feeds_of.get(task, {}), fetch_of.get(task, []))
                           for task, part in entries.items()}
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..core import device as _device
 from ..core.backends import to_numpy
-from ..core.errors import InvalidArgumentError, source_line
+from ..core.errors import InvalidArgumentError, did_you_mean, source_line
 from ..core.execute import describe, execute, op_error
 from ..core.tensor import Tensor, readonly_numpy
 from .errors import ClusterError, RemoteError
@@ -130,8 +130,8 @@ def _conn_for(task, op_name) -> _Conn:
     known = sorted({t for c in _conns for t in c.tasks})
     where = source_line()
     raise _device.RemoteDeviceError(
-        f"{op_name}: no open cluster has the task {task} (the open ones have {known}); check the job name "
-        f"and task number of the fl.device string" + (f"\n  at {where}" if where else ""))
+        f"{op_name}: no open cluster has the task {task} (the open ones have {known}){did_you_mean(task, known)} "
+        f"Check the job name and task number of the fl.device string" + (f"\n  at {where}" if where else ""))
 
 
 class RemoteTensor(Tensor):

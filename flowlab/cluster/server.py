@@ -15,7 +15,14 @@ one with :meth:`Server.register`:
   queued or running (so messages of one client never overtake each other), else on the exec thread.
 
 Built-in types: ``hello``, ``ping``, ``spec``, ``run``, ``put``, ``get``, ``delete``, ``push``,
-``events``, ``stats``, ``shutdown``. Reply bodies carry ``re`` (the request's seq) and ``ok``;
+``events``, ``stats``, ``shutdown``, ``cancel``.
+
+``cancel`` (inline) stops a request of the same client on the exec thread: one still queued is
+answered with a KeyboardInterrupt error and never runs; the one running gets a KeyboardInterrupt
+raised in it. In a LocalCluster worker the exec jobs run on the process's main thread
+(:meth:`Server.serve_exec`), so the interrupt is a real SIGINT to that thread and stops
+``time.sleep`` and other waits in C that return on a signal; elsewhere it is raised
+asynchronously in the exec thread, which Python checks between bytecodes only. Reply bodies carry ``re`` (the request's seq) and ``ok``;
 handlers must not use those keys. Messages that fail a check are dropped, logged (logger
 ``flowlab.cluster``) and counted in ``stats``; the server keeps serving.
 
@@ -27,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import signal as _signal
 import sys
 import threading
 import traceback
@@ -178,6 +186,10 @@ class Server:
         self._exec_thread = None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._queued = self._finished = 0   # exec jobs handed over / done (one writer each, no lock)
+        self._waiting: set = set()    # (sender, seq) of exec jobs queued and not started
+        self._cancelled: set = set()  # ... of those, the ones a ``cancel`` asked to skip
+        self._running = None          # (sender, seq) of the exec job running now
+        self._cancel_key = None       # the running job a ``cancel`` asked to stop
         self._stopping = False
         self._done = threading.Event()
         self._peers = None          # a Client to other tasks, made on first use
@@ -298,6 +310,7 @@ class Server:
             else:
                 self._start_exec()
                 self._queued += 1
+                self._waiting.add((msg.sender, msg.seq))
                 jobs.put((peer, msg, entry[0]))
 
     def _inline(self, inline, msg) -> bool:
@@ -353,14 +366,63 @@ class Server:
         _local.server = self
         post = self._listener.post
         while True:
-            job = self._jobs.get()
+            try:
+                job = self._jobs.get()
+            except KeyboardInterrupt:   # a late cancel (an exec thread is interrupted asynchronously)
+                continue
             if job is None or self._stopping:
                 return
             peer, msg, fn = job
+            key = (msg.sender, msg.seq)
+            self._waiting.discard(key)
             try:
-                self._answer(peer, msg, fn, post)
+                if key in self._cancelled:
+                    self._cancelled.discard(key)
+                    self._answer(peer, msg, None, post, error=KeyboardInterrupt(
+                        f"{self.name}: cancelled by the client before it started"))
+                    continue
+                self._running = key
+                try:
+                    self._answer(peer, msg, fn, post)
+                finally:
+                    self._running = None
+            except KeyboardInterrupt:   # a cancel that arrived as the job ended: the loop goes on
+                pass
             finally:
                 self._finished += 1
+
+    def serve_exec(self) -> None:
+        """Serve: the message loop on a background thread, and the exec jobs (user code from
+        ``run``) on *this* thread until the server stops. On the main thread, a ``cancel`` then
+        interrupts a running job with a real SIGINT (a LocalCluster worker serves this way)."""
+        self._exec_thread = threading.current_thread()
+        if self._exec_thread is threading.main_thread():
+            _signal.signal(_signal.SIGINT, self._on_sigint)
+        self.start()
+        self._exec()
+
+    def _on_sigint(self, signum, frame):
+        if self._running is not None and self._running == self._cancel_key:
+            self._cancel_key = None
+            raise KeyboardInterrupt(f"{self.name}: cancelled by the client")
+
+    def cancel(self, sender, seq) -> str:
+        """Stop the exec job ``(sender, seq)``: ``"running"`` (interrupted now), ``"queued"``
+        (it will be skipped) or ``"done"`` (nothing to stop)."""
+        key = (sender, seq)
+        if key in self._waiting:
+            self._cancelled.add(key)
+            return "queued"
+        if self._running != key or self._exec_thread is None:
+            return "done"
+        self._cancel_key = key
+        thread = self._exec_thread
+        if thread is threading.main_thread() and _signal.getsignal(_signal.SIGINT) == self._on_sigint:
+            _signal.pthread_kill(thread.ident, _signal.SIGINT)
+        else:   # an exec thread: raised between bytecodes (a wait in C finishes first)
+            import ctypes
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt))
+        return "running"
 
     def _drop(self, error, frames):
         n = self.stats["dropped"] = self.stats["dropped"] + 1
@@ -536,6 +598,12 @@ def _stats(server, msg):
 @handler("shutdown")
 def _shutdown(server, msg):
     server._stopping = True
+
+
+@handler("cancel")
+def _cancel(server, msg):
+    """Stop this sender's request ``body["seq"]`` (see :meth:`Server.cancel`); reply ``{"state": ...}``."""
+    return {"state": server.cancel(msg.sender, int(msg.body["seq"]))}
 
 
 from . import task_exec as _task_exec  # noqa: E402,F401 - its handlers (op, fetch, partition, ...) serve every task

@@ -13,6 +13,10 @@ named ``/job:worker/task:1`` and reached at an address ``host:port``.
 place in it, for a task started from a shell::
 
     FLOWLAB_CONFIG='{"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": {"type": "worker", "index": 1}}'
+
+:func:`config_from_env` reads one variable; :func:`cluster_config` reads ``TF_CONFIG`` or
+``FLOWLAB_CONFIG``, whichever is set (a script written for TensorFlow sets ``TF_CONFIG``), as
+``MultiWorkerMirroredStrategy`` and ``TFConfigClusterResolver`` do.
 """
 from __future__ import annotations
 
@@ -21,7 +25,10 @@ import os
 import re
 from typing import NamedTuple
 
-__all__ = ["ClusterSpec", "ClusterConfig", "config_from_env", "task_name", "parse_task", "split_address"]
+__all__ = ["ClusterSpec", "ClusterConfig", "config_from_env", "cluster_config", "task_name", "parse_task",
+           "split_address", "CONFIG_VARIABLES"]
+
+CONFIG_VARIABLES = ("TF_CONFIG", "FLOWLAB_CONFIG")   # read by cluster_config, in this order
 
 _TASK_RE = re.compile(r"^/?job:([A-Za-z0-9_.-]+)(?:/replica:\d+)?(?:/task:(\d+))?(?:/.*)?$")
 
@@ -141,10 +148,13 @@ class ClusterSpec:
 
 
 class ClusterConfig(NamedTuple):
-    """What ``FLOWLAB_CONFIG`` says: the cluster, and this process's job and index (None if unset)."""
+    """What ``FLOWLAB_CONFIG`` (or ``TF_CONFIG``) says: the cluster, this process's job and index
+    (None if unset), and the optional ``rpc_layer`` and ``environment`` fields TensorFlow reads."""
     spec: ClusterSpec
     job: str | None
     index: int | None
+    rpc_layer: str | None = None
+    environment: str | None = None
 
 
 def config_from_env(environ=None, name: str = "FLOWLAB_CONFIG") -> ClusterConfig | None:
@@ -155,15 +165,31 @@ def config_from_env(environ=None, name: str = "FLOWLAB_CONFIG") -> ClusterConfig
         return None
     try:
         cfg = json.loads(text)
+        if not isinstance(cfg, dict):
+            raise TypeError(f"it is a JSON {type(cfg).__name__}, not an object")
         cluster = cfg.get("cluster") or {}
         task = cfg.get("task") or {}
         job = task.get("type")
         index = task.get("index")
         spec = ClusterSpec({j: ({int(k): v for k, v in t.items()} if isinstance(t, dict) else t)
                             for j, t in cluster.items()})
-        if job is not None:
-            spec.task_address(job, 0 if index is None else int(index))
+        if job is not None and not (job == "evaluator" and "evaluator" not in spec.jobs):
+            spec.task_address(job, 0 if index is None else int(index))   # an evaluator may stand outside
     except (ValueError, TypeError, AttributeError) as e:
         raise ValueError(f"{name} is not a valid cluster configuration ({e}); expected e.g. "
                          '{"cluster": {"worker": ["localhost:2222"]}, "task": {"type": "worker", "index": 0}}') from None
-    return ClusterConfig(spec, job, None if index is None else int(index))
+    return ClusterConfig(spec, job, None if index is None else int(index), cfg.get("rpc_layer") or None,
+                         cfg.get("environment") or None)
+
+
+def cluster_config(environ=None) -> tuple[ClusterConfig | None, str | None]:
+    """``(config, variable)`` from ``TF_CONFIG`` or ``FLOWLAB_CONFIG``, whichever is set; ``(None,
+    None)`` when neither is. Both set to different clusters or tasks: ValueError naming both."""
+    found = [(config_from_env(environ, name), name) for name in CONFIG_VARIABLES]
+    found = [(c, n) for c, n in found if c is not None]
+    if not found:
+        return None, None
+    if len(found) > 1 and found[0][0][:3] != found[1][0][:3]:
+        raise ValueError("TF_CONFIG and FLOWLAB_CONFIG are both set and describe different clusters or tasks: "
+                         "unset one of them (flowlab reads either; TF_CONFIG is the one TensorFlow scripts set)")
+    return found[0]

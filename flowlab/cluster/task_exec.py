@@ -6,13 +6,22 @@
   ``.numpy()``); ``free``: forget stored values (handles that were garbage-collected);
 - ``partition``: run this task's part of a graph: nodes in order, values that other tasks need
   sent to them (``value``), values from other tasks waited for; ``abort`` stops a run's waits;
-- ``cluster``: the ClusterSpec this task knows (what ``Session("grpc://...")`` asks first).
+- ``cluster``: the ClusterSpec this task knows (what ``Session("grpc://...")`` asks first);
+- ``variables``: which of the named shared variables no client has initialized yet (what a
+  non-chief worker polls before it trains, ``tf.report_uninitialized_variables``).
+
+Variables: a ``VarRef`` whose uid starts with ``SHARED`` is this task's variable of that name,
+the same storage for every client process that names it (a TF1 variable placed on a ps task, as
+TensorFlow's resources are). The first assignment with ``mode="set"`` (its initializer) marks it
+initialized; reading or updating it before then is an error naming it. Other uids are private to
+the client that made them (it tracks their initialization itself).
 
 Every op, send and receive is recorded in the task's event log. Importing this module is light:
 flowlab's engine and numpy load when the first op arrives.
 """
 from __future__ import annotations
 
+import threading
 import time
 
 from . import events as _events
@@ -21,9 +30,10 @@ from .protocol import loads
 from .server import Reply, handler
 from .spec import parse_task, task_name
 
-__all__ = ["VarRef", "local_device", "split_device"]
+__all__ = ["VarRef", "SHARED", "local_device", "split_device"]
 
 RECV_TIMEOUT = 120.0      # seconds a partition waits for a value from another task
+SHARED = "shared/"        # a VarRef uid with this prefix: the task's variable of that name, shared by every client
 
 
 class VarRef:
@@ -115,26 +125,57 @@ def _pull(server, owner: str, key: str, timeout: float = 60.0):
     return value
 
 
-def _variable(server, ref: VarRef):
-    """This task's variable for ``ref``, made (zeros, uninitialized) on first use."""
+_VARIABLES_LOCK = threading.Lock()   # the loop and exec threads may both make a task's variable
+
+
+def _variable(server, ref: VarRef, initializing: bool = False):
+    """This task's variable for ``ref``, made (zeros, uninitialized) on first use. A shared one must
+    have been initialized unless this is its initializer, which may also change its shape."""
+    import numpy as np
+
     key = f"var/{ref.uid}"
-    if key not in server.store:
-        import numpy as np
+    with _VARIABLES_LOCK:
+        v = server.store._values.get(key)
+        fits = v is not None and v._value.shape == ref.shape and v._value.dtype == np.dtype(ref.dtype)
+        if v is None or (initializing and not fits):
+            from ..core.tensor import Variable
+            v = Variable(np.zeros(ref.shape, ref.dtype), name=ref.name)
+            server.store.put(key, v)
+            server.store.pop(f"init/{ref.uid}")
+        elif not fits:
+            raise ClusterError(
+                f"variable {ref.name} on {server.name} is {v._value.dtype.name}{list(v._value.shape)}, but this "
+                f"graph's {ref.name} is {np.dtype(ref.dtype).name}{list(ref.shape)}: another client made it with "
+                f"another shape; give this one another name, or run its initializer to replace it")
+    if not initializing and ref.uid.startswith(SHARED) and f"init/{ref.uid}" not in server.store:
+        raise ClusterError(
+            f"Attempting to use uninitialized value {ref.name} on {server.name}: no client has run its initializer "
+            f"yet (the chief runs tf.global_variables_initializer(); other workers wait for it, as "
+            f"tf.train.MonitoredTrainingSession(is_chief=False) does)")
+    return v
 
-        from ..core.tensor import Variable
-        server.store.put(key, Variable(np.zeros(ref.shape, ref.dtype), name=ref.name))
-    return server.store.get(key)
+
+def _initializes(op_name, attrs) -> bool:
+    return op_name == "assign" and attrs.get("mode") == "set"
 
 
-def _attrs(server, attrs):
+def _attrs(server, attrs, op_name=""):
     if not attrs:
         return attrs
     out = None
     for k, v in attrs.items():
         if isinstance(v, VarRef):
             out = out or dict(attrs)
-            out[k] = _variable(server, v)
+            out[k] = _variable(server, v, _initializes(op_name, attrs))
     return out or attrs
+
+
+def _mark_initialized(server, op_name, attrs):
+    """After a shared variable's initializer ran here: every client may read it now."""
+    if attrs and _initializes(op_name, attrs):
+        ref = attrs.get("variable")
+        if isinstance(ref, VarRef) and ref.uid.startswith(SHARED):
+            server.store.put(f"init/{ref.uid}", True)
 
 
 def _where(server, error, device, op_name) -> str:
@@ -161,7 +202,8 @@ def _op(server, msg):
     for key in body.get("free", ()):
         store.pop(key)
     op = ex.get_op(body["op"])
-    attrs = _attrs(server, loads(msg.buffers[0])) if body.get("attrs") else {}
+    wire = loads(msg.buffers[0]) if body.get("attrs") else {}
+    attrs = _attrs(server, wire, op.name)
     inputs = []
     for kind, ref, *owner in body["in"]:
         if kind == "buf":
@@ -178,6 +220,7 @@ def _op(server, msg):
     except Exception as e:
         raise ClusterError(f"{op.name} on {server.name}{body['device']}: "
                            f"{_where(server, e, body['device'], op.name)}") from None
+    _mark_initialized(server, op.name, wire)
     value = out._value
     store.put(body["out"], value)
     server.log.record("op", op.name, start, _events.now(), bytes=_nbytes(value), task=server.name,
@@ -204,6 +247,14 @@ def _free(server, msg):
 @handler("cluster")
 def _cluster(server, msg):
     return {"task": server.name, "cluster": server.spec.as_dict() if server.spec else None}
+
+
+@handler("variables")
+def _variables(server, msg):
+    """Body: ``uids`` (shared variables' uids); reply: ``uninitialized``, those no client has
+    initialized on this task yet."""
+    store = server.store
+    return {"uninitialized": [u for u in msg.body.get("uids", ()) if f"init/{u}" not in store]}
 
 
 @handler("value")
@@ -266,10 +317,11 @@ def _partition(server, msg):
                     dev = "/device:CPU:0"
                 try:
                     with device(dev):
-                        out = ex.execute(op, [Tensor(env[i]) for i in ins], _attrs(server, attrs))
+                        out = ex.execute(op, [Tensor(env[i]) for i in ins], _attrs(server, attrs, op_name))
                 except Exception as e:
                     raise ClusterError(f"node {name} ({op_name}, made at {source}) failed on {server.name}"
                                        f"{dev}: {_where(server, e, dev, op_name)}") from None
+                _mark_initialized(server, op_name, attrs)
                 env[index] = out._value
                 server.log.record("op", name, start, _events.now(), bytes=_nbytes(out._value), task=server.name,
                                   rank=server.task_index, device=dev, run=run)

@@ -11,8 +11,10 @@ and keeps the pipe open. The child:
 1. reads that line, then watches stdin on a thread: end of file means the parent is gone
    (closed the cluster, restarted, crashed, was killed), and the worker exits at once, so nothing
    is orphaned. It runs in a session of its own, so the notebook's Interrupt button (SIGINT to
-   the kernel's process group) does not reach it;
-2. binds its port, starts its heartbeat (which first says ``ready`` with its address), and serves.
+   the kernel's process group) does not reach it: instead the interrupted client sends a signed
+   ``cancel`` (see :mod:`.server`), which interrupts the user's code on this process's main thread;
+2. binds its port, starts its heartbeat (which first says ``ready`` with its address), and serves:
+   the message loop on a thread, user code (``run``) on the main thread.
 
 ``flowlab worker --cluster spec.json --job worker --task 1`` runs one task from a shell instead
 (:func:`serve_task`), with the key from ``FLOWLAB_CLUSTER_KEY`` or a key file.
@@ -130,7 +132,7 @@ def child_main() -> None:
     if cfg.get("preload"):
         threading.Thread(target=_preload, args=(cfg["preload"],), daemon=True).start()
     try:
-        srv.serve()
+        srv.serve_exec()    # user code on this (main) thread, so a client's cancel can interrupt it
     finally:
         hb.stop()
     print(f"flowlab worker {srv.name}: shut down", file=sys.stderr, flush=True)

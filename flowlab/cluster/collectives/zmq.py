@@ -508,8 +508,10 @@ class ZmqCommunicator(Communicator):
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"rank {self.rank}: {self.tasks[peer]} at {self.addresses[peer]} was not "
+                err = TimeoutError(f"rank {self.rank}: {self.tasks[peer]} at {self.addresses[peer]} was not "
                                    f"ready for collectives within the connect timeout")
+                err.peer = peer     # which rank never answered (read by callers that name it their own way)
+                raise err
             frames = conn.recv(min(left, 0.5))
             if frames is None:
                 return None
