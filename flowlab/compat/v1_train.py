@@ -18,10 +18,14 @@ from ..core.tensor import Variable as _CoreVariable
 from ..nn import optimizers as _optimizers
 from ._graphs import GraphKeys, building, get_collection, get_default_graph, group
 from ._gradients import gradients
+from ._monitored import (MonitoredSession, MonitoredTrainingSession, SessionManager, SessionRunArgs,  # noqa: F401
+                         SessionRunContext, SessionRunHook, SessionRunValues, StopAtStepHook)
 from ._variables import Variable
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer", "AdadeltaOptimizer",
-           "get_global_step", "get_or_create_global_step", "create_global_step"]
+           "get_global_step", "get_or_create_global_step", "create_global_step", "MonitoredTrainingSession",
+           "MonitoredSession", "SessionManager", "SessionRunHook", "SessionRunArgs", "SessionRunContext",
+           "SessionRunValues", "StopAtStepHook"]
 
 
 class Optimizer:
