@@ -4,12 +4,21 @@
 ``scope``, ``run``, ``reduce``, distributed datasets and ``InputContext``; and the Horovod-style
 API in :mod:`.horovod` (``import flowlab.horovod as hvd``).
 
+TensorFlow's other names are here too: the cross-device-ops classes (``NcclAllReduce``,
+``HierarchicalCopyAllReduce``, ``ReductionToOneDevice``), ``strategy.cluster_resolver`` and
+:mod:`.cluster_resolver` (``TFConfigClusterResolver``, ``SimpleClusterResolver``),
+:mod:`.experimental` (``CommunicationOptions``, ``CommunicationImplementation``, the strategy
+aliases); ``TPUStrategy`` raises an error that says what to use instead.
+
 >>> import flowlab as fl
 >>> from flowlab import distribute
 >>> s = distribute.MirroredStrategy(["/cpu:0"])
 >>> s.num_replicas_in_sync
 1
 """
+from . import cluster_resolver, experimental  # noqa: F401
+from .cross_device_ops import (CrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce,  # noqa: F401
+                               ReductionToOneDevice)
 from .input import DistributedDataset, DistributedDatasetFromFunction, InputContext  # noqa: F401
 from .mirrored import CentralStorageStrategy, MirroredStrategy  # noqa: F401
 from .multi_worker import MultiWorkerMirroredStrategy  # noqa: F401
@@ -17,10 +26,12 @@ from .parameter_server import ClusterCoordinator, ParameterServerStrategy, Remot
 from .reduce_op import ReduceOp  # noqa: F401
 from .strategy import (ReplicaContext, Strategy, compute_average_loss, get_replica_context,  # noqa: F401
                        get_strategy, has_strategy, in_cross_replica_context)
+from .tpu import TPUStrategy  # noqa: F401
 from .values import PerReplica  # noqa: F401
 
 __all__ = ["Strategy", "MirroredStrategy", "CentralStorageStrategy", "MultiWorkerMirroredStrategy", "ParameterServerStrategy",
            "ClusterCoordinator", "RemoteValue", "ReduceOp",
            "InputContext", "DistributedDataset", "DistributedDatasetFromFunction", "PerReplica", "ReplicaContext",
            "get_strategy", "has_strategy", "get_replica_context", "in_cross_replica_context",
-           "compute_average_loss"]
+           "compute_average_loss", "CrossDeviceOps", "NcclAllReduce", "HierarchicalCopyAllReduce",
+           "ReductionToOneDevice", "TPUStrategy", "cluster_resolver", "experimental"]

@@ -28,6 +28,10 @@ a replica other than the last (that read would come before the update in the gra
 comes after): both raise an error that says what to do instead. The usual step, which computes
 the loss and gradients, applies them and returns the loss, traces as it runs eagerly.
 
+The same node (:func:`cross_process_reduce`) carries ``flowlab.horovod``'s gradient average: its
+``DistributedOptimizer`` adds it when ``apply_gradients`` is traced (``Model.fit``'s step, or any
+``@fl.function``), with ``op="mean"``, and runs the same ops eagerly otherwise.
+
 ``strategy_allreduce`` is an :class:`~flowlab.core.execute.OpDef` kept here, not in the op table
 (``fl.core.list_ops()``): the op-coverage tests walk that table and a collective cannot run in one
 process without peers. It is stateful, so graph passes never fold, merge, drop or reorder it: every
@@ -42,26 +46,31 @@ from ..core.execute import OpDef, execute
 from .reduce_op import ReduceOp
 from .values import PerReplica
 
-__all__ = ["TraceStep", "run_traced", "reduce_traced", "ALLREDUCE"]
+__all__ = ["TraceStep", "run_traced", "reduce_traced", "cross_process_reduce", "ALLREDUCE"]
 
 
 # -- the collective as a graph op --------------------------------------------------------------------
-def _allreduce_kernel(*arrays, strategy):
-    """The sum over the workers of the flat concatenation of ``arrays`` (in their common dtype)."""
+# The node's ``group`` attribute is what reduces across processes: a strategy (MultiWorkerMirrored),
+# or the ranks of flowlab.horovod (its DistributedOptimizer, eager or traced). It gives
+# ``_comm`` (a communicator; read each time the node runs), ``_algorithm`` and ``_timeout``; a group
+# that is not a strategy also gives ``_collective_note()``, which says where the all-reduce is.
+def _allreduce_kernel(*arrays, group, op="sum"):
+    """``op`` ("sum" or "mean") over ``group``'s processes of the flat concatenation of ``arrays``
+    (in their common dtype)."""
     from ..cluster.collectives import CollectiveError, allreduce
     dtype = np.result_type(*arrays)
     flat = np.concatenate([np.asarray(a).astype(dtype, copy=False).ravel() for a in arrays]) if len(arrays) > 1 \
         else np.asarray(arrays[0]).astype(dtype, copy=False).ravel()
     try:
-        return allreduce(flat, comm=strategy._comm, algorithm=strategy._algorithm, timeout=strategy._timeout)
+        return allreduce(flat, op=op, comm=group._comm, algorithm=group._algorithm, timeout=group._timeout)
     except CollectiveError as e:
-        raise _as_op_error(e, strategy) from None
+        raise _as_op_error(e, group) from None
 
 
 _PASSING: dict = {}
 
 
-def _as_op_error(error, strategy):
+def _as_op_error(error, group):
     """``error`` (a CollectiveError naming the op, call and missing ranks), made an instance of a
     class that is both its own class and an OpError: a graph plan lets OpErrors through unchanged (it
     would wrap anything else in an InvalidArgumentError), so the caller still catches the same
@@ -75,12 +84,19 @@ def _as_op_error(error, strategy):
     out.__class__ = cls          # the same object, with the same attributes: only its class gains OpError
     out.source = None
     if hasattr(out, "add_note"):
-        out.add_note(f"(in the all-reduce of {type(strategy).__name__}.run traced by @fl.function, on worker "
-                     f"{strategy.worker_index} of {strategy.num_workers})")
+        out.add_note(f"({_note(group)})")
     return out
 
 
-def _allreduce_rule(*specs, strategy):
+def _note(group) -> str:
+    own = getattr(group, "_collective_note", None)
+    if own is not None:
+        return own()
+    return (f"in the all-reduce of {type(group).__name__}.run traced by @fl.function, on worker "
+            f"{group.worker_index} of {group.num_workers}")
+
+
+def _allreduce_rule(*specs, group, op="sum"):
     sizes = [int(np.prod(s.shape)) if all(d is not None for d in s.shape) else None for s in specs]
     dtype = np.result_type(*[np.dtype(_np_dtype(s.dtype)) for s in specs])
     return ((None if None in sizes else sum(sizes)),), dtype
@@ -91,20 +107,26 @@ def _np_dtype(dtype):
 
 
 ALLREDUCE = OpDef("strategy_allreduce", _allreduce_kernel, _allreduce_rule, stateful=True,
-                  doc="The sum over a MultiWorkerMirroredStrategy's workers of its inputs, concatenated "
-                      "flat (a collective: every worker's graph runs it, in the same order).")
+                  doc="The sum (or mean) over the processes of a MultiWorkerMirroredStrategy, or of "
+                      "flowlab.horovod's ranks, of its inputs, concatenated flat (a collective: every "
+                      "process's graph runs it, in the same order).")
 
 
-def _cross_worker_sum(strategy, tensors):
-    """``tensors`` summed over the workers (graph nodes), each back in its own shape and dtype."""
+def cross_process_reduce(group, tensors, op="sum"):
+    """``tensors`` reduced with ``op`` ("sum" or "mean") over ``group``'s processes, each back in
+    its own shape and dtype: one ALLREDUCE node and the ``reshape`` (and ``cast``) nodes that cut
+    the parts back out while ``@fl.function`` traces; run at once, the same ops eagerly."""
     import flowlab as fl
-    flat = execute(ALLREDUCE, tuple(tensors), {"strategy": strategy})
-    out, at = [], 0
+    shapes = []
     for t in tensors:
         shape = tuple(t.shape)
         if any(d is None for d in shape):
-            raise ValueError(f"{type(strategy).__name__}: a value all-reduced inside @fl.function needs a "
+            raise ValueError(f"{_note(group)}: a value all-reduced inside @fl.function needs a "
                              f"static shape, got {list(shape)}")
+        shapes.append(shape)
+    flat = execute(ALLREDUCE, tuple(tensors), {"group": group, "op": op})
+    out, at = [], 0
+    for t, shape in zip(tensors, shapes):
         size = int(np.prod(shape, dtype=np.int64))
         part = fl.reshape(flat[at:at + size], shape)
         if part.dtype != t.dtype:
@@ -175,7 +197,7 @@ class TraceStep:
                     total = execute(_add_op(), (total, pairs[j][0]))
                 summed.append(total)
             if s._comm is not None and s._comm.size > 1 and summed:
-                summed = _cross_worker_sum(s, summed)
+                summed = cross_process_reduce(s, summed)
             result = apply(optimizer, [(g, first[j][1]) for g, j in zip(summed, live)])
         return result if result is not None else optimizer.iterations
 
@@ -261,7 +283,7 @@ def reduce_traced(strategy, reduce_op, value, axis):
                 raise ValueError(f"strategy.reduce inside @fl.function needs a value of static shape, got "
                                  f"{list(total.shape)}")
             both = execute(ALLREDUCE, (fl.reshape(fl.cast(total, fl.float64), [-1]), fl.reshape(count, [1])),
-                           {"strategy": strategy})
+                           {"group": strategy})
             size = int(np.prod(tuple(total.shape), dtype=np.int64))
             total = fl.cast(fl.reshape(both[:size], tuple(total.shape)), total.dtype)
             count = both[size]

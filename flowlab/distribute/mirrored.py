@@ -22,10 +22,14 @@ def _local_devices(devices):
 class MirroredStrategy(Strategy):
     """Synchronous data parallelism over the devices of this process: ``devices`` (strings), by
     default every logical GPU, else every logical CPU (``fl.config.set_logical_devices("CPU", 4)``
-    gives four). Gradients are summed with a ring all-reduce among the replicas' threads."""
+    gives four). Gradients are summed with a ring all-reduce among the replicas' threads, or with the
+    algorithm ``cross_device_ops`` stands for (``NcclAllReduce()``: ring, ``HierarchicalCopyAllReduce()``:
+    tree, ``ReductionToOneDevice()``: naive; see :mod:`.cross_device_ops`)."""
 
     def __init__(self, devices=None, cross_device_ops=None):
-        super().__init__(_local_devices(devices))
+        from .cross_device_ops import algorithm_of
+        super().__init__(_local_devices(devices), algorithm=algorithm_of(cross_device_ops))
+        self._cross_device_ops = cross_device_ops
 
 
 class CentralStorageStrategy(Strategy):

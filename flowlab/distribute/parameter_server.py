@@ -124,8 +124,16 @@ class ParameterServerStrategy(Strategy):
         "optimizer.apply_gradients outside the traced function")
 
     def __init__(self, cluster_resolver, variable_partitioner=None):
+        from .cluster_resolver import ClusterResolver, SimpleClusterResolver
+        if isinstance(cluster_resolver, ClusterResolver) or not hasattr(cluster_resolver, "tasks"):
+            raise TypeError(
+                f"ParameterServerStrategy takes the cluster itself in flowlab: a fl.cluster.LocalCluster(workers=2, "
+                f"ps=1) started in this process, which then acts as the coordinator (TensorFlow's 'chief'); got "
+                f"{type(cluster_resolver).__name__}. ps and worker processes started by hand from TF_CONFIG are "
+                f"TensorFlow 1's between-graph setup: flowlab.compat.v1 with tf.train.replica_device_setter")
         super().__init__(["/cpu:0"])
         cluster = cluster_resolver
+        self._cluster_resolver = SimpleClusterResolver(cluster.spec, task_type="chief", task_id=0)
         self._cluster = cluster
         self._ps = [t for t in cluster.tasks if t.startswith("/job:ps/")]
         if not self._ps:

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..core.tensor import variable_creator_scope
 from ..nn.optimizers import set_replica_hook
+from ..nn.replica_losses import compute_average_loss, set_replica_hook as set_loss_replica_hook  # noqa: F401
 from ._traced import TraceStep, reduce_traced, run_traced
 from .reduce_op import ReduceOp
 from .values import PerReplica, map_structure
@@ -122,6 +123,7 @@ class Strategy:
 
     _central = False      # CentralStorageStrategy: variables on the CPU, one copy
     _no_traced_run = None  # why strategy.run cannot be traced with this strategy (None: it can)
+    _cluster_resolver = None
 
     def __init__(self, devices, comm=None, algorithm: str = "ring", timeout: float | None = None):
         if not devices:
@@ -157,6 +159,12 @@ class Strategy:
     @property
     def should_checkpoint(self) -> bool:
         return self._worker == 0
+
+    @property
+    def cluster_resolver(self):
+        """The cluster resolver this strategy was made from (``task_type``, ``task_id``,
+        ``cluster_spec()``; see :mod:`.cluster_resolver`); None for MirroredStrategy and CentralStorageStrategy."""
+        return self._cluster_resolver
 
     def __repr__(self):
         return (f"<{type(self).__name__}: {self.num_replicas_in_sync} replica(s), devices {self._devices}"
@@ -385,20 +393,16 @@ def in_cross_replica_context() -> bool:
     return has_strategy() and getattr(_tls, "replica", None) is None
 
 
-def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size=None):
-    """The sum of the per-example losses divided by the *global* batch size (by default this
-    replica's batch size times the number of replicas), so that summing the replicas' gradients
-    gives the gradient of the mean loss over the whole batch."""
-    from .. import core  # noqa: F401
-    import flowlab as fl
-    loss = fl.convert_to_tensor(per_example_loss)
-    if sample_weight is not None:
-        loss = loss * sample_weight
-    if global_batch_size is None:
-        ctx = getattr(_tls, "replica", None)
-        n = ctx.num_replicas_in_sync if ctx is not None else 1
-        global_batch_size = int(loss.shape[0]) * n
-    return fl.reduce_sum(loss) / float(global_batch_size)
+def _replica_count():
+    """``fl.nn.compute_average_loss`` (one copy, in nn/replica_losses.py) asks through this hook: the
+    number of replicas in sync here, and whether this is cross-replica context."""
+    ctx = getattr(_tls, "replica", None)
+    if ctx is not None:
+        return ctx.num_replicas_in_sync, False
+    return get_strategy().num_replicas_in_sync, in_cross_replica_context()
+
+
+set_loss_replica_hook(_replica_count)
 
 
 # -- the optimizer hook -------------------------------------------------------------------------------
