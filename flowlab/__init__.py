@@ -42,7 +42,8 @@ def __getattr__(name):
             "keras": ".keras",            # ``fl.keras``: layers, models, fit (flowlab.nn.keras)
             "cluster": ".cluster",        # ``fl.cluster``: LocalCluster, transport, events
             "distribute": ".distribute",  # ``fl.distribute``: strategies
-            "horovod": ".horovod"}        # ``flowlab.horovod``: the Horovod-style API
+            "horovod": ".horovod",        # ``flowlab.horovod``: the Horovod-style API
+            "losses": ".nn.keras.losses"}  # ``fl.losses`` as ``tf.losses``: the same as ``fl.keras.losses``
     if name in lazy:   # imported on first use
         import importlib
         return importlib.import_module(lazy[name], __name__)

@@ -28,9 +28,11 @@ a replica other than the last (that read would come before the update in the gra
 comes after): both raise an error that says what to do instead. The usual step, which computes
 the loss and gradients, applies them and returns the loss, traces as it runs eagerly.
 
-The same node (:func:`cross_process_reduce`) carries ``flowlab.horovod``'s gradient average: its
-``DistributedOptimizer`` adds it when ``apply_gradients`` is traced (``Model.fit``'s step, or any
-``@fl.function``), with ``op="mean"``, and runs the same ops eagerly otherwise.
+The same node (:func:`cross_process_reduce`) carries ``flowlab.horovod``'s collectives: the
+gradient average of ``DistributedOptimizer`` and ``DistributedGradientTape`` (added when traced:
+``Model.fit``'s step, any ``@fl.function``, a compat.v1 graph; the same ops eagerly otherwise),
+``hvd.allreduce``, and, with ``op="broadcast"``/``"allgather"``, ``hvd.broadcast_variables``,
+``hvd.broadcast`` and ``hvd.allgather`` (:func:`cross_process_gather`).
 
 ``strategy_allreduce`` is an :class:`~flowlab.core.execute.OpDef` kept here, not in the op table
 (``fl.core.list_ops()``): the op-coverage tests walk that table and a collective cannot run in one
@@ -46,7 +48,7 @@ from ..core.execute import OpDef, execute
 from .reduce_op import ReduceOp
 from .values import PerReplica
 
-__all__ = ["TraceStep", "run_traced", "reduce_traced", "cross_process_reduce", "ALLREDUCE"]
+__all__ = ["TraceStep", "run_traced", "reduce_traced", "cross_process_reduce", "cross_process_gather", "ALLREDUCE"]
 
 
 # -- the collective as a graph op --------------------------------------------------------------------
@@ -54,16 +56,23 @@ __all__ = ["TraceStep", "run_traced", "reduce_traced", "cross_process_reduce", "
 # or the ranks of flowlab.horovod (its DistributedOptimizer, eager or traced). It gives
 # ``_comm`` (a communicator; read each time the node runs), ``_algorithm`` and ``_timeout``; a group
 # that is not a strategy also gives ``_collective_note()``, which says where the all-reduce is.
-def _allreduce_kernel(*arrays, group, op="sum"):
-    """``op`` ("sum" or "mean") over ``group``'s processes of the flat concatenation of ``arrays``
-    (in their common dtype)."""
-    from ..cluster.collectives import CollectiveError, allreduce
-    dtype = np.result_type(*arrays)
-    flat = np.concatenate([np.asarray(a).astype(dtype, copy=False).ravel() for a in arrays]) if len(arrays) > 1 \
-        else np.asarray(arrays[0]).astype(dtype, copy=False).ravel()
+def _allreduce_kernel(*arrays, group, op="sum", root=0):
+    """``op`` over ``group``'s processes of the flat concatenation of ``arrays`` (in their common
+    dtype): a reduction ("sum", "mean", "max", "min", "prod"), or "broadcast" (rank ``root``'s
+    values); "allgather" takes one array and concatenates every process's along its first axis."""
+    from ..cluster import collectives
+    comm = group._comm
     try:
-        return allreduce(flat, op=op, comm=group._comm, algorithm=group._algorithm, timeout=group._timeout)
-    except CollectiveError as e:
+        if op == "allgather":
+            return collectives.allgather(np.asarray(arrays[0]), comm=comm, algorithm=group._algorithm,
+                                         timeout=group._timeout)
+        dtype = np.result_type(*arrays)
+        flat = np.concatenate([np.asarray(a).astype(dtype, copy=False).ravel() for a in arrays]) if len(arrays) > 1 \
+            else np.asarray(arrays[0]).astype(dtype, copy=False).ravel()
+        if op == "broadcast":
+            return collectives.broadcast(flat, root=root, comm=comm, algorithm=group._algorithm, timeout=group._timeout)
+        return collectives.allreduce(flat, op=op, comm=comm, algorithm=group._algorithm, timeout=group._timeout)
+    except collectives.CollectiveError as e:
         raise _as_op_error(e, group) from None
 
 
@@ -96,7 +105,9 @@ def _note(group) -> str:
             f"{group.worker_index} of {group.num_workers}")
 
 
-def _allreduce_rule(*specs, group, op="sum"):
+def _allreduce_rule(*specs, group, op="sum", root=0):
+    if op == "allgather":       # the other processes' first dimensions are known when it runs
+        return (None, *tuple(specs[0].shape)[1:]), np.dtype(_np_dtype(specs[0].dtype))
     sizes = [int(np.prod(s.shape)) if all(d is not None for d in s.shape) else None for s in specs]
     dtype = np.result_type(*[np.dtype(_np_dtype(s.dtype)) for s in specs])
     return ((None if None in sizes else sum(sizes)),), dtype
@@ -107,15 +118,18 @@ def _np_dtype(dtype):
 
 
 ALLREDUCE = OpDef("strategy_allreduce", _allreduce_kernel, _allreduce_rule, stateful=True,
-                  doc="The sum (or mean) over the processes of a MultiWorkerMirroredStrategy, or of "
-                      "flowlab.horovod's ranks, of its inputs, concatenated flat (a collective: every "
-                      "process's graph runs it, in the same order).")
+                  doc="The sum (or mean, max, min, prod; or root's value: broadcast) over the processes of a "
+                      "MultiWorkerMirroredStrategy, or of flowlab.horovod's ranks, of its inputs, concatenated "
+                      "flat; or their allgather (a collective: every process's graph runs it, in the same order).")
 
 
-def cross_process_reduce(group, tensors, op="sum"):
-    """``tensors`` reduced with ``op`` ("sum" or "mean") over ``group``'s processes, each back in
-    its own shape and dtype: one ALLREDUCE node and the ``reshape`` (and ``cast``) nodes that cut
-    the parts back out while ``@fl.function`` traces; run at once, the same ops eagerly."""
+def cross_process_reduce(group, tensors, op="sum", root=0):
+    """``tensors`` reduced with ``op`` ("sum", "mean", "max", "min", "prod") over ``group``'s
+    processes, or ``op="broadcast"``: process ``root``'s values; each back in its own shape and
+    dtype: one ALLREDUCE node and the ``reshape`` (and ``cast``) nodes that cut the parts back out
+    while ``@fl.function`` traces (or a compat.v1 graph is built); run at once, the same ops
+    eagerly. Give tensors of one dtype where exact bits matter (the parts travel in their common
+    dtype)."""
     import flowlab as fl
     shapes = []
     for t in tensors:
@@ -124,7 +138,8 @@ def cross_process_reduce(group, tensors, op="sum"):
             raise ValueError(f"{_note(group)}: a value all-reduced inside @fl.function needs a "
                              f"static shape, got {list(shape)}")
         shapes.append(shape)
-    flat = execute(ALLREDUCE, tuple(tensors), {"group": group, "op": op})
+    attrs = {"group": group, "op": op, "root": int(root)} if op == "broadcast" else {"group": group, "op": op}
+    flat = execute(ALLREDUCE, tuple(tensors), attrs)
     out, at = [], 0
     for t, shape in zip(tensors, shapes):
         size = int(np.prod(shape, dtype=np.int64))
@@ -134,6 +149,13 @@ def cross_process_reduce(group, tensors, op="sum"):
         out.append(part)
         at += size
     return out
+
+
+def cross_process_gather(group, tensor):
+    """Every process's ``tensor`` of ``group``, concatenated along the first axis in process order
+    (all processes give the same shape): one ALLREDUCE node with ``op="allgather"`` while tracing,
+    the same op eagerly. The result's first dimension is unknown while tracing."""
+    return execute(ALLREDUCE, (tensor,), {"group": group, "op": "allgather"})
 
 
 # -- run --------------------------------------------------------------------------------------------

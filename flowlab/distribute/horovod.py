@@ -16,6 +16,13 @@ in :func:`DistributedOptimizer` and pass ``callbacks.BroadcastGlobalVariablesCal
 average is then one all-reduce node of the step's graph, the node MultiWorkerMirroredStrategy's
 traced step uses (flowlab/distribute/_traced.py).
 
+In a custom TF2 loop: wrap the tape, ``tape = hvd.DistributedGradientTape(tape)``, so that
+``tape.gradient(...)`` returns averaged gradients, and call ``hvd.broadcast_variables(...)`` after the
+first step (inside ``@fl.function`` too, under a Python flag). ``hvd.allreduce``, ``hvd.allgather``
+and ``hvd.broadcast`` also work on tensors inside ``@fl.function``. Every collective on tensors is
+the one all-reduce graph node of flowlab/distribute/_traced.py (``cross_process_reduce``) while
+tracing or building a compat.v1 graph. TF1 graphs: see :mod:`flowlab.horovod.graph`.
+
 Learning rate: each step now averages the gradients of ``size()`` batches, so the effective batch
 is ``size()`` times larger. The usual convention (as in Horovod's own examples) is to scale the
 learning rate by ``size()``: ``fl.optimizers.SGD(0.01 * hvd.size())``, often with a few epochs of
@@ -28,12 +35,15 @@ import threading
 
 import numpy as np
 
-__all__ = ["init", "is_initialized", "shutdown", "rank", "size", "local_rank", "local_size", "allreduce",
-           "allgather", "broadcast", "broadcast_variables", "DistributedOptimizer", "Average", "Sum", "Adasum",
-           "Compression"]
+__all__ = ["init", "is_initialized", "shutdown", "rank", "size", "local_rank", "local_size", "cross_rank",
+           "cross_size", "is_homogeneous", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled",
+           "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "join",
+           "allreduce", "allgather", "broadcast", "broadcast_variables", "DistributedOptimizer",
+           "DistributedGradientTape", "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression"]
 # the Keras callbacks (below) are public as ``hvd.callbacks.*`` (flowlab/horovod/callbacks.py), as in Horovod
 
-Average, Sum, Adasum = "average", "sum", "adasum"
+Average, Sum, Adasum, Min, Max, Product = "average", "sum", "adasum", "min", "max", "product"
+_REDUCTIONS = {Average: "mean", Sum: "sum", Min: "min", Max: "max", Product: "prod"}
 _comm = None
 _tls = threading.local()      # init() in a thread of a LocalGroup: that thread's rank
 _LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "FLOWLAB_LOCAL_RANK")
@@ -48,11 +58,13 @@ def init(comm=None) -> None:
 
 
 def is_initialized() -> bool:
-    return _comm is not None
+    """Has ``init()`` been called (and no ``shutdown()`` since)?"""
+    return (getattr(_tls, "comm", None) or _comm) is not None
 
 
 def shutdown() -> None:
-    """Forget the group (``init`` may be called again)."""
+    """Forget the group (``init`` may be called again). The communicator itself belongs to the
+    cluster, ``flowlab run`` or MPI, and stays open."""
     global _comm
     _comm = _tls.comm = None
 
@@ -65,10 +77,12 @@ def _group():
 
 
 def rank() -> int:
+    """This process's rank, 0 .. size() - 1."""
     return _group().rank
 
 
 def size() -> int:
+    """How many ranks take part."""
     return _group().size
 
 
@@ -86,32 +100,243 @@ def local_rank() -> int:
 
 
 def local_size() -> int:
+    """How many ranks run on this machine (every rank, except under ``mpiexec`` across hosts)."""
     return _env_int(_LOCAL_SIZE_VARS, size())
 
 
-def allreduce(tensor, average=None, name=None, op=None):
-    """``tensor`` averaged (the default) or summed over every rank."""
+def cross_size() -> int:
+    """How many machines take part (``size() // local_size()``; 1 on one machine)."""
+    return max(1, size() // max(1, local_size()))
+
+
+def cross_rank() -> int:
+    """This machine's index among the machines (0 on one machine)."""
+    return rank() // max(1, local_size())
+
+
+def is_homogeneous() -> bool:
+    """Does every machine run the same number of ranks?"""
+    return size() % max(1, local_size()) == 0
+
+
+def mpi_threads_supported() -> bool:
+    """Does the MPI library in use allow calls from several threads? False unless this process
+    runs under ``mpiexec`` with an MPI that gives MPI_THREAD_MULTIPLE."""
+    comm = _group()
+    if type(comm).__name__ != "MPICommunicator":
+        return False
+    from mpi4py import MPI
+    return MPI.Query_thread() == MPI.THREAD_MULTIPLE
+
+
+def _have(module) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
+def mpi_built() -> bool:
+    """Can flowlab run its collectives over MPI here (is mpi4py installed)?"""
+    return _have("mpi4py")
+
+
+def mpi_enabled() -> bool:
+    """Do this group's collectives run over MPI (under ``mpiexec``)?"""
+    return type(_group()).__name__ == "MPICommunicator"
+
+
+def gloo_built() -> bool:
+    """False: flowlab has no Gloo; its own transport (ZeroMQ and shared memory) plays that part."""
+    return False
+
+
+gloo_enabled = gloo_built
+
+
+def nccl_built() -> bool:
+    """False: flowlab's collectives run on the CPU (no NCCL), whatever devices tensors live on."""
+    return False
+
+
+def ddl_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    return False
+
+
+def cuda_built() -> bool:
+    """False: flowlab's collectives never read GPU memory directly."""
+    return False
+
+
+def rocm_built() -> bool:
+    return False
+
+
+def join(device=-1) -> int:
+    """Wait until every rank reaches ``join()`` (a barrier); returns 0 (Horovod returns the last
+    rank to join, which flowlab does not track). Unlike Horovod, a rank waiting in ``join()`` does
+    not stand in for the collectives that other ranks still run, so uneven data would time out:
+    give every rank the same number of steps (``dataset.take(N // hvd.size())``)."""
+    comm = _group()
+    if comm.size > 1:
+        _collectives().barrier(comm=comm)
+    return 0
+
+
+
+
+# -- collectives on tensors: eagerly, or as nodes of a traced (or compat.v1) graph ----------------
+def _graph_of(tensor):
+    """The graph ``tensor`` belongs to, when collectives on it must be graph nodes: while
+    ``@fl.function`` traces, or for a compat.v1 graph tensor; None eagerly."""
+    from ..core._context import state
+    from ..core.graph import GraphTensor
+    graph = state().graph
+    if graph is not None:
+        return graph
+    return tensor.graph if isinstance(tensor, GraphTensor) else None
+
+
+def _building(graph):
+    """Add nodes to ``graph`` (made the default graph if it is not already)."""
+    import contextlib
+    from ..core._context import state
+    return contextlib.nullcontext() if state().graph is graph else graph.as_default()
+
+
+def _as_tensor(tensor, what):
+    from ..core.tensor import convert_to_tensor
+    try:
+        return convert_to_tensor(tensor)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{what}: expected a tensor, got {type(tensor).__name__} ({e})") from None
+
+
+def _reduction(op, average, what):
     if op is None:
         op = Average if average is None or average else Sum
-    return _collectives().allreduce(tensor, op="mean" if op == Average else "sum", comm=_group())
+    elif average is not None:
+        raise ValueError(f"{what}: give op= or the older average=, not both")
+    if op == Adasum:
+        raise NotImplementedError(f"{what}: op=hvd.Adasum is not implemented in flowlab; use hvd.Average or hvd.Sum")
+    if op not in _REDUCTIONS:
+        raise ValueError(f"{what}: op must be hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product, got {op!r}")
+    return op
 
 
-def allgather(tensor, name=None):
-    """Every rank's ``tensor`` concatenated along the first axis, in rank order."""
-    return _collectives().allgather(tensor, comm=_group())
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """``tensor`` averaged (the default, ``op=hvd.Average``) over every rank, or combined with
+    ``op=hvd.Sum``/``Min``/``Max``/``Product``; every rank gets the result. Inside ``@fl.function``
+    it is a node of the graph (the all-reduce node strategies use), run with every call.
+    ``prescale_factor``/``postscale_factor`` multiply before and after; ``compression=``
+    ``hvd.Compression.fp16`` sends floats as float16."""
+    op = _reduction(op, average, "hvd.allreduce")
+    graph = _graph_of(tensor)
+    if graph is None and not _is_tensor(tensor) and prescale_factor == 1.0 and postscale_factor == 1.0 \
+            and compression in (None, Compression.none):     # numpy arrays and numbers keep their type
+        return _collectives().allreduce(tensor, op=_REDUCTIONS[op], comm=_group())
+    with _building(graph) if graph is not None else _nothing():
+        t = _as_tensor(tensor, "hvd.allreduce")
+        if prescale_factor != 1.0:
+            t = t * prescale_factor
+        compression = compression or Compression.none
+        packed, ctx = compression.compress(t)
+        if graph is None:        # eagerly: the collectives' own call (differentiable on a GradientTape)
+            out = _collectives().allreduce(packed, op=_REDUCTIONS[op], comm=_group())
+        elif _group().size == 1:
+            out = packed
+        else:
+            out = _cross_process_reduce(_Ranks("hvd.allreduce"), [packed], _REDUCTIONS[op])[0]
+        out = compression.decompress(out, ctx)
+        if postscale_factor != 1.0:
+            out = out * postscale_factor
+    return out
 
 
-def broadcast(tensor, root_rank: int = 0, name=None):
-    return _collectives().broadcast(tensor, root=root_rank, comm=_group())
+def allgather(tensor, name=None, ignore_name_scope=False):
+    """Every rank's ``tensor`` concatenated along the first axis, in rank order (inside
+    ``@fl.function``: a graph node). Every rank gives the same shape here (Horovod also allows
+    first dimensions that differ)."""
+    graph = _graph_of(tensor)
+    if graph is None:
+        return _collectives().allgather(tensor, comm=_group())
+    with _building(graph):
+        t = _as_tensor(tensor, "hvd.allgather")
+        from ._traced import cross_process_gather
+        return cross_process_gather(_Ranks("hvd.allgather"), t)
 
 
-def broadcast_variables(variables, root_rank: int = 0) -> None:
-    """Give every variable the value it has on ``root_rank`` (in place, on every rank)."""
-    bcast = _collectives().broadcast
-    comm = _group()
+def broadcast(tensor, root_rank: int = 0, name=None, ignore_name_scope=False):
+    """Rank ``root_rank``'s ``tensor`` on every rank (inside ``@fl.function``: a graph node)."""
+    _check_root(root_rank, "hvd.broadcast")
+    graph = _graph_of(tensor)
+    if graph is None:
+        return _collectives().broadcast(tensor, root=root_rank, comm=_group())
+    with _building(graph):
+        t = _as_tensor(tensor, "hvd.broadcast")
+        if _group().size == 1:
+            return t
+        return _cross_process_reduce(_Ranks("hvd.broadcast"), [t], "broadcast", root_rank)[0]
+
+
+def broadcast_variables(variables, root_rank: int = 0):
+    """Give every variable the value it has on ``root_rank`` (in place, on every rank): one
+    broadcast per dtype. Eagerly it happens now; inside ``@fl.function`` (or while a compat.v1
+    graph is built) it becomes graph nodes that read, broadcast and assign when the graph runs,
+    at this point of the step, e.g. after the first batch's update::
+
+        if first_batch:         # a Python bool: the first call traces its own graph
+            hvd.broadcast_variables(model.variables, root_rank=0)
+            hvd.broadcast_variables(opt.variables(), root_rank=0)
+    """
+    _check_root(root_rank, "hvd.broadcast_variables")
+    variables = list(variables)
+    from ..core.tensor import Variable
     for v in variables:
-        old = np.array(v.numpy(), order="C")     # (ascontiguousarray would make a scalar 1-d)
-        v.assign(np.asarray(bcast(old, root=root_rank, comm=comm)).reshape(old.shape))
+        if not isinstance(v, Variable):
+            raise TypeError(f"hvd.broadcast_variables: expected variables, got {type(v).__name__} "
+                            f"({v!r}); pass model.variables or optimizer.variables()")
+    if not variables or _group().size == 1:
+        return None
+    from ..core._context import state
+    from ..core.graph import Graph
+    graph = state().graph
+    if graph is None and isinstance(getattr(variables[0], "graph", None), Graph):
+        graph = variables[0].graph                  # compat.v1 variables: nodes of their graph
+    by_dtype: dict = {}
+    for v in variables:
+        by_dtype.setdefault(v.dtype, []).append(v)
+    group = _Ranks("hvd.broadcast_variables")
+    with _building(graph) if graph is not None else _nothing():
+        for same in by_dtype.values():
+            values = [v.read_value() for v in same]
+            for v, new in zip(same, _cross_process_reduce(group, values, "broadcast", root_rank)):
+                v.assign(new)
+    return None
+
+
+def _check_root(root_rank, what):
+    n = size()
+    if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) or not 0 <= root_rank < n:
+        raise ValueError(f"{what}: root_rank must be a rank of this group of {n} (0..{n - 1}), got {root_rank!r}")
+
+
+def _is_tensor(x) -> bool:
+    from ..core.tensor import Tensor
+    return isinstance(x, Tensor)
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+def _cross_process_reduce(group, tensors, op, root=0):
+    from ._traced import cross_process_reduce
+    return cross_process_reduce(group, tensors, op, root)
 
 
 def _collectives():
@@ -122,20 +347,25 @@ def _collectives():
 # -- the optimizer -------------------------------------------------------------------------------
 class _Ranks:
     """This module's ranks as a group the all-reduce graph node (distribute/_traced.py) reduces
-    over: the communicator is looked up each time the node runs (``init`` may be called again)."""
+    over: the communicator is looked up each time the node runs (``init`` may be called again).
+    ``where`` names the call in a failed collective's error."""
 
     _algorithm = "ring"
     _timeout = None
+
+    def __init__(self, where):
+        self._where = where
 
     @property
     def _comm(self):
         return _group()
 
     def _collective_note(self):
-        return f"in the gradient all-reduce of hvd.DistributedOptimizer, on rank {rank()} of {size()}"
+        return f"in {self._where}, on rank {rank()} of {size()}"
 
 
-_RANKS = _Ranks()
+_RANKS = _Ranks("the gradient all-reduce of hvd.DistributedOptimizer")
+_TAPE_RANKS = _Ranks("the gradient all-reduce of hvd.DistributedGradientTape")
 
 
 class _NoCompression:
@@ -173,6 +403,42 @@ class Compression:
     fp16 = _FP16Compression
 
 
+def _reduce_gradients(grads, op, compression, group):
+    """The gradients averaged (or summed) over every rank, in one all-reduce; None stays None.
+    Eagerly the all-reduce runs now; while ``@fl.function`` traces (or a compat.v1 graph is built)
+    it is a node of the graph, run with every step (the same ops, so the same bits)."""
+    out = list(grads)
+    if _group().size == 1:
+        return out
+    live = [i for i, g in enumerate(out) if g is not None]
+    if not live:
+        return out
+    graph = _graph_of(out[live[0]])
+    with _building(graph) if graph is not None else _nothing():
+        from ..core.tensor import convert_to_tensor
+        packed = [compression.compress(convert_to_tensor(out[i])) for i in live]
+        reduced = _cross_process_reduce(group, [t for t, _ in packed], "mean" if op == Average else "sum")
+        for i, r, (_, ctx) in zip(live, reduced, packed):
+            out[i] = compression.decompress(r, ctx)
+    return out
+
+
+def _check_options(what, op, compression, gradient_predivide_factor, backward_passes_per_step=1):
+    if op not in (Average, Sum):
+        raise NotImplementedError(f"{what}: op={op!r}: flowlab.horovod averages (hvd.Average) "
+                                  "or sums (hvd.Sum) gradients; Adasum is not implemented")
+    if backward_passes_per_step != 1:
+        raise NotImplementedError(f"{what}: backward_passes_per_step={backward_passes_per_step}: "
+                                  "flowlab reduces the gradients at every step; to accumulate gradients over "
+                                  "several batches, use a larger batch instead")
+    if gradient_predivide_factor != 1.0:
+        raise NotImplementedError(f"{what}: gradient_predivide_factor must be 1.0 in flowlab "
+                                  "(the average divides once, after the sum)")
+    if compression not in (Compression.none, Compression.fp16):
+        raise ValueError(f"{what}: compression must be hvd.Compression.none or "
+                         f"hvd.Compression.fp16, got {compression!r}")
+
+
 class _Distributed:
     """Mixed into a copy of the optimizer's class: gradients are averaged (or summed) over the
     ranks with one all-reduce before the wrapped class applies them."""
@@ -186,19 +452,64 @@ class _Distributed:
         """The gradients averaged (or summed) over every rank, in one all-reduce; None stays None.
         Eagerly the all-reduce runs now; while ``@fl.function`` traces (``Model.fit``'s step) it is
         a node of the graph, run with every step (the same ops, so the same bits)."""
-        out = list(grads)
-        if _group().size == 1:
-            return out
-        live = [i for i, g in enumerate(out) if g is not None]
-        if not live:
-            return out
-        from ..core.tensor import convert_to_tensor
-        from ._traced import cross_process_reduce
-        packed = [self._hvd_compression.compress(convert_to_tensor(out[i])) for i in live]
-        reduced = cross_process_reduce(_RANKS, [t for t, _ in packed], "mean" if self._hvd_op == Average else "sum")
-        for i, r, (_, ctx) in zip(live, reduced, packed):
-            out[i] = self._hvd_compression.decompress(r, ctx)
-        return out
+        return _reduce_gradients(grads, self._hvd_op, self._hvd_compression, _RANKS)
+
+
+class DistributedGradientTape:
+    """``hvd.DistributedGradientTape(tape)``: a GradientTape whose ``gradient()`` returns the
+    gradients averaged over every rank (``op=hvd.Sum``: summed), in one all-reduce: eagerly, or
+    as a node of the graph inside ``@fl.function`` (the node DistributedOptimizer and the
+    strategies use). Wrap the tape after the ``with`` block that recorded the loss::
+
+        with fl.GradientTape() as tape:
+            loss = loss_fn(labels, model(images, training=True))
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))   # a plain optimizer
+
+    Everything else (``watch``, ``stop_recording``...) goes to the wrapped tape. Accepted as in
+    Horovod and without effect here: the ``device_*`` arguments, ``sparse_as_dense`` (gradients
+    are dense), ``num_groups``/``groups`` (one all-reduce for all gradients)."""
+
+    def __init__(self, gradtape, device_dense="", device_sparse="", compression=Compression.none,
+                 sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None):
+        from ..core.tape import GradientTape
+        _check_options("DistributedGradientTape", op, compression, gradient_predivide_factor)
+        if isinstance(gradtape, DistributedGradientTape):
+            raise ValueError("DistributedGradientTape: this tape is distributed already; wrap the plain tape once")
+        if not isinstance(gradtape, GradientTape):
+            raise TypeError(f"DistributedGradientTape wraps a fl.GradientTape, got {type(gradtape).__name__}: "
+                            "record the loss in `with fl.GradientTape() as tape:`, then "
+                            "tape = hvd.DistributedGradientTape(tape)")
+        self._tape = gradtape
+        self._hvd_op = op
+        self._hvd_compression = compression
+
+    def gradient(self, target, sources, output_gradients=None, unconnected_gradients="none"):
+        """d(target)/d(sources) on this rank, averaged (or summed) over every rank; shaped like
+        ``sources`` (a variable, a list or a dict of them), None where the target does not depend
+        on a source (on every rank)."""
+        grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
+                                    unconnected_gradients=unconnected_gradients)
+        if isinstance(grads, dict):
+            keys = list(grads)
+            return dict(zip(keys, _reduce_gradients([grads[k] for k in keys], self._hvd_op,
+                                                     self._hvd_compression, _TAPE_RANKS)))
+        if isinstance(grads, (list, tuple)):
+            return type(grads)(_reduce_gradients(list(grads), self._hvd_op, self._hvd_compression, _TAPE_RANKS))
+        return _reduce_gradients([grads], self._hvd_op, self._hvd_compression, _TAPE_RANKS)[0]
+
+    def __enter__(self):
+        self._tape.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._tape.__exit__(*exc)
+
+    def __getattr__(self, name):
+        if name == "_tape":
+            raise AttributeError(name)
+        return getattr(self._tape, name)
 
 
 _classes: dict = {}
@@ -215,19 +526,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     Accepted as in Horovod and without effect here: ``name``, the ``device_*`` arguments,
     ``sparse_as_dense`` (gradients are dense), ``num_groups``/``groups`` (all gradients go in one
     all-reduce anyway), ``average_aggregated_gradients`` (with one backward pass per step)."""
-    if op not in (Average, Sum):
-        raise NotImplementedError(f"DistributedOptimizer: op={op!r}: flowlab.horovod averages (hvd.Average) "
-                                  "or sums (hvd.Sum) gradients; Adasum is not implemented")
-    if backward_passes_per_step != 1:
-        raise NotImplementedError(f"DistributedOptimizer: backward_passes_per_step={backward_passes_per_step}: "
-                                  "flowlab reduces the gradients at every step; to accumulate gradients over "
-                                  "several batches, use a larger batch instead")
-    if gradient_predivide_factor != 1.0:
-        raise NotImplementedError("DistributedOptimizer: gradient_predivide_factor must be 1.0 in flowlab "
-                                  "(the average divides once, after the sum)")
-    if compression not in (Compression.none, Compression.fp16):
-        raise ValueError(f"DistributedOptimizer: compression must be hvd.Compression.none or "
-                         f"hvd.Compression.fp16, got {compression!r}")
+    _check_options("DistributedOptimizer", op, compression, gradient_predivide_factor, backward_passes_per_step)
     if isinstance(optimizer, _Distributed):
         raise ValueError("DistributedOptimizer: this optimizer is distributed already; wrap the plain "
                          "optimizer once")

@@ -3,4 +3,4 @@
 ``hvd.DistributedOptimizer(opt)`` for ``Model.compile``, and ``hvd.callbacks``. The same names
 as ``flowlab.horovod``."""
 from . import *  # noqa: F401,F403
-from . import __all__, callbacks  # noqa: F401
+from . import __all__, __getattr__, callbacks, elastic  # noqa: F401

@@ -22,7 +22,7 @@ from ..core.execute import defop, execute
 from ..core.tape import GradientTape
 from ..core.tensor import Tensor, Variable, convert_to_tensor
 
-__all__ = ["Optimizer", "SGD", "Adam", "Adadelta", "RMSprop", "get"]
+__all__ = ["Optimizer", "SGD", "Adam", "Adadelta", "RMSprop", "Adagrad", "get"]
 
 
 class _Holder:
@@ -55,6 +55,7 @@ class Optimizer:
     """Base class: keeps per-variable slots and the step count; subclasses give ``_update``."""
 
     _slot_names: tuple = ()
+    _slot_start = 0.0     # every slot's value before the first step
 
     def __init__(self, learning_rate, name):
         self.name = name
@@ -147,7 +148,7 @@ class Optimizer:
         else:
             slots = self._slots.get(id(v))
             if slots is None:
-                slots = self._slots[id(v)] = {s: np.zeros_like(value) for s in self._slot_names}
+                slots = self._slots[id(v)] = {s: np.full_like(value, self._slot_start) for s in self._slot_names}
                 self._slot_vars[id(v)] = v
             new, new_slots = self._update(value, garr, slots, lr, step, own)
             if new_slots:
@@ -211,7 +212,7 @@ class Optimizer:
                              f"the saved value {tuple(value.shape)}")
         slots = self._slots.get(id(var))
         if slots is None:
-            slots = self._slots[id(var)] = {s: np.zeros_like(var._value) for s in self._slot_names}
+            slots = self._slots[id(var)] = {s: np.full_like(var._value, self._slot_start) for s in self._slot_names}
             self._slot_vars[id(var)] = var
         slots[slot_name] = np.array(value, dtype=var._value.dtype)
 
@@ -282,6 +283,11 @@ def _rmsprop(value, grad, slots, lr, rho, momentum, epsilon):
         return value - step, {"rms": rms}
     velocity = momentum * slots["momentum"] + step
     return value - velocity, {"rms": rms, "momentum": velocity}
+
+
+def _adagrad(value, grad, slots, lr, epsilon):
+    accumulator = slots["accumulator"] + grad * grad
+    return value - lr * grad / (np.sqrt(accumulator) + epsilon), {"accumulator": accumulator}
 
 
 # -- the graph form of apply_gradients: one node per variable, then one that counts the step ----
@@ -385,11 +391,28 @@ class RMSprop(Optimizer):
         return {**super().get_config(), "rho": self.rho, "momentum": self.momentum, "epsilon": self.epsilon}
 
 
-_BY_NAME = {"sgd": SGD, "adam": Adam, "adadelta": Adadelta, "rmsprop": RMSprop}
+class Adagrad(Optimizer):
+    """Adagrad: divides each step by the root of the sum of all past squared gradients (per
+    weight), which starts at ``initial_accumulator_value``."""
+
+    _slot_names = ("accumulator",)
+
+    def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1, epsilon=1e-7, name="Adagrad"):
+        super().__init__(learning_rate, name)
+        self._slot_start, self.epsilon = float(initial_accumulator_value), float(epsilon)
+
+    def _update(self, value, grad, slots, lr, step, own=False):
+        return _adagrad(value, grad, slots, lr, self.epsilon)
+
+    def get_config(self):
+        return {**super().get_config(), "initial_accumulator_value": self._slot_start, "epsilon": self.epsilon}
+
+
+_BY_NAME = {"sgd": SGD, "adam": Adam, "adadelta": Adadelta, "rmsprop": RMSprop, "adagrad": Adagrad}
 
 
 def get(identifier) -> Optimizer:
-    """An optimizer from a name ("sgd", "adam", "adadelta", "rmsprop": default settings) or an instance."""
+    """An optimizer from a name ("sgd", "adam", "adadelta", "rmsprop", "adagrad": default settings) or an instance."""
     if isinstance(identifier, Optimizer):
         return identifier
     if isinstance(identifier, str) and identifier.lower() in _BY_NAME:

@@ -88,8 +88,11 @@ def test_fp16_compression_sends_half_floats_and_stays_close():
 
 
 def _model():
-    fl.random.set_seed(3)
+    # The ranks are threads of one process: fl.random's seed is shared by them, so which rank draws
+    # first would change rank 0's start from run to run. Fixed weights, drawn per call, keep it fixed.
     model = fl.keras.Sequential([fl.keras.Input(shape=(4,)), fl.keras.layers.Dense(3)])
+    rng = np.random.default_rng(3)
+    model.set_weights([rng.normal(size=w.shape).astype(np.float32) for w in model.get_weights()])
     return model
 
 
