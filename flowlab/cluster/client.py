@@ -16,6 +16,15 @@ confirm, and raises :class:`~flowlab.cluster.errors.Interrupted` saying what was
 what still runs. A task whose work did not stop is *busy*: the next ``run``/``op``/``partition``/
 ``push`` request to it raises :class:`~flowlab.cluster.errors.WorkerBusyError` naming it and how to
 end it (``stop_hint(task)``, e.g. ``cluster.restart(1)``), instead of queueing silently behind it.
+
+A call on several tasks that fails on one of them (its code raised, it died or hung, or the
+call's deadline passed) stops the rest the same way before the error is raised: the unanswered
+``run``/``op``/``partition``/``push`` requests get a ``cancel``, and the error's message gains
+lines naming the task that failed first (a peer's death before the collective error it caused
+on another rank) and what became of each other task; its ``cancelled`` and ``still_running``
+attributes list them. After a stop (failure or interrupt), the stopped tasks' collectives are
+brought back in step (``coll-sync``: every rank of a job moves to the furthest one's count of
+collectives), so the next collective matches on every rank.
 """
 from __future__ import annotations
 
@@ -34,16 +43,19 @@ HEALTH_EVERY = 0.1          # seconds between liveness checks while a call waits
 DEFAULT_TIMEOUT = 60.0      # a control call's deadline when none is given
 CANCEL_WAIT = 3.0           # seconds an interrupted call waits for its tasks to confirm the cancel
 BUSY_WAIT = 0.5             # seconds a request to a busy task waits for the interrupted work to end
+SYNC_TIMEOUT = 10.0         # seconds to bring the tasks' collectives back in step after a stopped call
 _QUEUED = frozenset(("run", "op", "partition", "push"))   # requests that queue behind running work
+_SECONDARY = frozenset(("PeerLostError", "CollectiveError", "CollectiveTimeoutError"))  # failed because a peer did
 _monotonic = time.monotonic
 
 
 class Pending:
-    """A request sent and not yet answered: ``task`` and ``seq`` (the reply's ``re``)."""
-    __slots__ = ("task", "seq", "type", "sent")
+    """A request sent and not yet answered: ``task`` and ``seq`` (the reply's ``re``); ``error``:
+    how it failed, once a stopped call has sorted it (see ``Client._stop``)."""
+    __slots__ = ("task", "seq", "type", "sent", "error")
 
     def __init__(self, task, seq, type, sent):
-        self.task, self.seq, self.type, self.sent = task, seq, type, sent
+        self.task, self.seq, self.type, self.sent = task, seq, type, sent   # ``error``: set only when sorted
 
     def __repr__(self):
         return f"<Pending {self.type} to {self.task} seq={self.seq}>"
@@ -63,6 +75,19 @@ class _Peer:
 
 def _checker(health, task):
     return lambda: health(task)
+
+
+def _secondary(error) -> bool:
+    """Whether ``error`` is a collective that failed because of a peer (lost, gave up, timed out)."""
+    return getattr(error, "remote_type", None) in _SECONDARY
+
+
+def _first_line(error) -> str:
+    return str(error).partition("\n")[0]
+
+
+def _where(outcome, pending) -> str:
+    return next(k for k, ps in outcome.items() if pending in ps)
 
 
 class Client:
@@ -122,6 +147,11 @@ class Client:
 
     def tasks(self) -> list[str]:
         return list(self._peers)
+
+    def server_id(self, task):
+        """The id of the server this client reaches as ``task`` (None: not known or not connected)."""
+        peer = self._peers.get(task)
+        return None if peer is None else peer.server_id
 
     def lane(self, task) -> str:
         """How this client reaches ``task``: ``"unix"`` (the local lane, see :mod:`.unix`),
@@ -185,7 +215,10 @@ class Client:
                 msg = self._poll(pendings[i], wait if i == left[0] else 0.0)
                 if msg is not None:
                     if not msg.body.get("ok"):
-                        raise self._remote_error(self._peers.get(pendings[i].task), msg.body.get("error") or {})
+                        left.remove(i)
+                        raise self._failed(self._remote_error(self._peers.get(pendings[i].task),
+                                                              msg.body.get("error") or {}),
+                                           pendings[i], [pendings[j] for j in left])
                     out[i] = msg
                     left.remove(i)
             if not left:
@@ -194,12 +227,13 @@ class Client:
                 for i in left:
                     problem = health(pendings[i].task)
                     if problem is not None:
-                        raise problem
+                        raise self._failed(problem, pendings[i], [pendings[j] for j in left if j != i])
             if deadline is not None and _monotonic() >= deadline:
                 p = pendings[left[0]]
                 peer = self._peers.get(p.task)
-                raise ClusterTimeoutError(f"{p.task} did not answer a {p.type!r} request within {timeout:g} s",
+                err = ClusterTimeoutError(f"{p.task} did not answer a {p.type!r} request within {timeout:g} s",
                                           p.task, peer.pid if peer else None)
+                raise self._failed(err, None, [pendings[j] for j in left])
         return out
 
     def _poll(self, pending: Pending, wait: float):
@@ -237,9 +271,54 @@ class Client:
         the replies in the order of ``tasks``."""
         return self.results([self.submit(t, type, body, buffers) for t in tasks], timeout)
 
-    # -- interrupts ------------------------------------------------------------------------------
+    # -- interrupts and failures -------------------------------------------------------------------
     def _interrupted(self, waiting):
-        """Cancel ``waiting`` on their tasks, wait up to CANCEL_WAIT s for each to stop, raise Interrupted."""
+        """Cancel ``waiting`` on their tasks, wait up to CANCEL_WAIT s for each to stop, bring the
+        stopped tasks' collectives back in step, raise Interrupted."""
+        outcome = self._stop(waiting)
+        note = self._resync([p.task for p in waiting], outcome)
+        message = self._interrupt_message(outcome) + (f"\n  {note}" if note else "")
+        raise Interrupted(message, [p.task for p in outcome["cancelled"]],
+                          [p.task for p in outcome["running"]]) from None
+
+    def _failed(self, error, failed, others):
+        """``error`` (the first failure of a call on several tasks: ``failed``'s reply or health, or
+        a deadline when ``failed`` is None) with the rest of the call stopped: the ``others`` that
+        queue work (run, op, partition, push) are cancelled as for an interrupt, their collectives
+        are brought back in step, and the error's message says what happened to each (as its
+        ``cancelled``/``still_running`` attributes do), so nothing runs on behind the error."""
+        others = [p for p in others if p.type in _QUEUED]
+        if not others:
+            return error
+        outcome = self._stop(others)
+        tasks = ([failed.task] if failed is not None else []) + [p.task for p in others]
+        note = self._resync(tasks, outcome)
+        if failed is not None and _secondary(error):   # a collective that failed because a peer did:
+            cause = next(iter(outcome["gone"] + [p for p in outcome["failed"] if not _secondary(p.error)]), None)
+            if cause is not None:                    # name the peer's own failure first
+                failed.error = error
+                outcome[_where(outcome, cause)].remove(cause)
+                outcome["failed"].insert(0, failed)
+                error, failed = cause.error, cause
+        lines = self._outcome_lines(outcome)
+        if note:
+            lines.append(note)
+        what = others[0].type
+        head = (f"{failed.task} failed first; " if failed is not None else "") + \
+            f"the rest of this {what!r} call was stopped so that nothing runs on behind this error:"
+        text = str(error)
+        first, sep, rest = text.partition("\n")
+        error.args = (first + "\n  " + head + "".join("\n    " + ln for ln in lines) + sep + rest,)
+        error.cancelled = [p.task for p in outcome["cancelled"]]
+        error.still_running = [p.task for p in outcome["running"]]
+        return error
+
+    def _stop(self, waiting) -> dict:
+        """Send each of ``waiting`` a cancel, wait up to CANCEL_WAIT s for their replies, and sort
+        them: ``cancelled`` (the work stopped, here or in a collective whose peer stopped),
+        ``finished`` (it had answered), ``failed`` (it answered with another error, in ``p.error``),
+        ``gone`` (the task died or hung: ``p.error`` says how) and ``running`` (it did not stop:
+        marked busy)."""
         cancels = []
         for p in waiting:
             try:
@@ -247,16 +326,21 @@ class Client:
             except Exception:   # noqa: BLE001 - a task we cannot reach: reported below as not confirmed
                 pass
         deadline = _monotonic() + CANCEL_WAIT
-        outcome: dict[str, list] = {"cancelled": [], "finished": [], "gone": [], "running": []}
+        outcome: dict[str, list] = {"cancelled": [], "finished": [], "failed": [], "gone": [], "running": []}
         for p in waiting:
             state = None
             while state is None:
                 msg = self._poll(p, max(0.0, min(HEALTH_EVERY, deadline - _monotonic())))
                 if msg is not None:
-                    stopped = not msg.body.get("ok") and (msg.body.get("error") or {}).get("type") == "KeyboardInterrupt"
-                    state = "cancelled" if stopped else "finished"
-                elif self.health is not None and self.health(p.task) is not None:
-                    state = "gone"
+                    err = None if msg.body.get("ok") else (msg.body.get("error") or {})
+                    if err is None:
+                        state = "finished"
+                    elif err.get("type") == "KeyboardInterrupt" or err.get("type") in _SECONDARY:
+                        state = "cancelled"   # stopped: by the cancel, or by a peer's in a collective
+                    else:
+                        state, p.error = "failed", self._remote_error(self._peers.get(p.task), err)
+                elif self.health is not None and (problem := self.health(p.task)) is not None:
+                    state, p.error = "gone", problem
                 elif _monotonic() >= deadline:
                     state = "running"
             outcome[state].append(p)
@@ -268,25 +352,59 @@ class Client:
         for p in outcome["running"]:
             if p.type in _QUEUED:     # work that later requests would queue behind
                 self._busy[p.task] = (p, now)
-        raise Interrupted(self._interrupt_message(outcome), [p.task for p in outcome["cancelled"]],
-                          [p.task for p in outcome["running"]]) from None
+        return outcome
+
+    def _resync(self, tasks, outcome) -> str | None:
+        """Bring the collectives of ``tasks`` (those not gone or still running) back in step: after
+        a stopped call some ranks may have entered a collective that others never reached, and
+        their next collectives would not match (see ``collectives._exchange.resync``). None when
+        done (or nothing to do), else a line saying what the user must do."""
+        skip = {p.task for p in outcome["gone"] + outcome["running"]}
+        tasks = [t for t in dict.fromkeys(tasks) if t not in skip and t in self._peers
+                 and (self.health is None or self.health(t) is None)]
+        if len(tasks) < 2:
+            return None
+        try:
+            groups: dict = {}
+            for task, reply in zip(tasks, self.request_all(tasks, "coll-sync", {}, timeout=SYNC_TIMEOUT)):
+                if "job" in reply.body:     # the task has loaded the collectives (else it never formed a group)
+                    groups.setdefault(reply.body["job"], []).append((task, reply.body.get("state")))
+            for job, members in groups.items():
+                states = [s for _, s in members]
+                if len(members) < 2 or all(s == states[0] for s in states):
+                    continue
+                if any(s is None for s in states):   # some have no group (any more): all form it afresh
+                    body = {"close": True}
+                else:                                # every rank moves to the furthest one's count
+                    body = {"to": [max(s[0] for s in states), max(s[1] for s in states)]}
+                self.request_all([t for t, _ in members], "coll-sync", body, timeout=SYNC_TIMEOUT)
+        except ClusterError as e:
+            return (f"the workers' collectives could not be brought back in step ({_first_line(e)}): the "
+                    f"next collective may fail; {self._how_to_stop(tasks[0])} forms the group again")
+        return None
 
     def _interrupt_message(self, outcome) -> str:
         what = sorted({p.type for ps in outcome.values() for p in ps})
         lines = [f"interrupted while waiting for {' and '.join(repr(w) for w in what) or 'nothing'} on the cluster"]
+        return "\n  ".join(lines + self._outcome_lines(outcome))
+
+    def _outcome_lines(self, outcome) -> list:
+        lines = []
         if outcome["cancelled"]:
             lines.append(f"cancelled on {', '.join(p.task for p in outcome['cancelled'])}: free for the next call")
         if outcome["finished"]:
             lines.append(f"already finished on {', '.join(p.task for p in outcome['finished'])} (result dropped)")
-        if outcome["gone"]:
-            lines.append(f"{', '.join(p.task for p in outcome['gone'])}: the task is gone (died or stopped answering)")
+        for p in outcome["failed"]:       # its own first line names the task
+            lines.append(f"then {_first_line(p.error)} (it is free for the next call)")
+        for p in outcome["gone"]:
+            lines.append(_first_line(p.error))
         for p in outcome["running"]:
             peer = self._peers.get(p.task)
             lines.append(f"{p.task}{f' (pid {peer.pid})' if peer and peer.pid else ''} did not stop within "
                          f"{CANCEL_WAIT:g} s (busy in code that does not return to Python): it is STILL RUNNING "
                          f"there, and new calls to it raise WorkerBusyError until it finishes; "
                          f"{self._how_to_stop(p.task)} ends it now")
-        return "\n  ".join(lines)
+        return lines
 
     def _how_to_stop(self, task) -> str:
         hint = self.stop_hint(task) if self.stop_hint is not None else None

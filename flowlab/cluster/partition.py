@@ -209,7 +209,9 @@ class PartitionedPlan:
         self.partitions = {task: [e[4] if e[8] is None else f"recv {e[4]} from {e[8]}" for e in part]
                            for task, part in entries.items()}
         conn.ensure(entries)
-        self._messages = {task: (dumps([tuple(e) for e in part]), feeds_of.get(task, {}), fetch_of.get(task, []))
+        ids = {task: conn.client.server_id(task) for task in entries}   # a task sends only to these servers
+        self._messages = {task: (dumps([tuple(e) for e in part]), feeds_of.get(task, {}), fetch_of.get(task, []),
+                                 {to: ids[to] for e in part for to in e[7] if ids.get(to)})
                           for task, part in entries.items()}
 
     def __call__(self, *arrays):
@@ -217,13 +219,13 @@ class PartitionedPlan:
         tasks = list(self._messages)
         pendings = []
         for task in tasks:
-            nodes, feeds, fetch = self._messages[task]
+            nodes, feeds, fetch, ids = self._messages[task]
             bufs = [nodes]
             body_feeds = {}
             for index, i in feeds.items():
                 body_feeds[str(index)] = len(bufs)
                 bufs.append(np.asarray(arrays[i]))    # the transport makes it contiguous (0-d stays 0-d)
-            body = {"run": run, "feeds": body_feeds, "fetch": fetch, "soft": self.soft}
+            body = {"run": run, "feeds": body_feeds, "fetch": fetch, "soft": self.soft, "ids": ids}
             pendings.append(client.submit(task, "partition", body, bufs))
         try:
             replies = client.results(pendings, self.conn.timeout)

@@ -328,8 +328,9 @@ def _partition(server, msg):
             for to in send_to:
                 if peers is None:
                     peers = server.peers()
-                if to not in peers:
-                    peers.add(to, server.spec.address_of(to))
+                want = body.get("ids", {}).get(to)   # a task restarted on its address has a new server id
+                if to not in peers or (want is not None and peers.server_id(to) != want):
+                    peers.add(to, server.spec.address_of(to), server_id=want)
                 value = _host(env[index])
                 start = _events.now()
                 peers.request(to, "value", {"key": f"{run}/{index}", "name": name, "from_task": server.name,

@@ -154,23 +154,47 @@ class SessionManager:
 
     def prepare_session(self, master, init_op=None, saver=None, checkpoint_dir=None, checkpoint_filename_with_path=None,
                         wait_for_checkpoint=False, max_wait_secs=7200, config=None, init_feed_dict=None, init_fn=None):
-        """A session on ``master`` with ``init_op`` (and ``init_fn(sess)``) run: the chief's."""
+        """A session on ``master`` whose variables are ready: the chief's. With a ``saver`` and a
+        checkpoint (``checkpoint_filename_with_path``, else the newest in ``checkpoint_dir``; with
+        ``wait_for_checkpoint``, one that appears within ``max_wait_secs``) it restores them from
+        it; otherwise it runs ``init_op`` (and ``init_fn(sess)``)."""
         sess = Session(master, graph=self._graph, config=config)
         try:
-            if init_op is not None:
-                sess.run(init_op, feed_dict=init_feed_dict)
-            if init_fn is not None:
-                init_fn(sess)
+            restored = self._restore(sess, saver, checkpoint_dir, checkpoint_filename_with_path,
+                                     wait_for_checkpoint, max_wait_secs)
+            if restored is None:
+                if init_op is not None:
+                    sess.run(init_op, feed_dict=init_feed_dict)
+                if init_fn is not None:
+                    init_fn(sess)
             if self._local_init_op is not None:
                 sess.run(self._local_init_op)
             missing = self._not_ready(sess)
             if missing:
-                raise RuntimeError(f"the init op did not initialize every variable: {', '.join(missing)} still have no "
-                                   "value (make the init op after the whole model, optimizer included)")
+                raise RuntimeError(
+                    f"{'the init op did not initialize' if restored is None else f'restoring {restored} left'} "
+                    f"{', '.join(missing)} without a value (make the init op after the whole model, optimizer "
+                    f"included{'' if restored is None else ', and save checkpoints of the same model'})")
         except BaseException:
             sess.close()
             raise
         return sess
+
+    def _restore(self, sess, saver, checkpoint_dir, path, wait, max_wait_secs):
+        """The checkpoint restored into ``sess``, or None when there is none to restore."""
+        if saver is None or (path is None and checkpoint_dir is None):
+            return None
+        if path is None:
+            from ..nn.checkpoint import latest_checkpoint
+            start = time.monotonic()
+            path = latest_checkpoint(checkpoint_dir)
+            while path is None and wait and time.monotonic() - start < max_wait_secs:
+                time.sleep(self._poll)
+                path = latest_checkpoint(checkpoint_dir)
+            if path is None:
+                return None
+        saver.restore(sess, path)
+        return path
 
     def wait_for_session(self, master, config=None, max_wait_secs=float("inf")):
         """A session on ``master`` once every variable has been initialized (by the chief); after
@@ -286,13 +310,15 @@ def MonitoredTrainingSession(master="", is_chief=True, checkpoint_dir=None, scaf
     for it. ``hooks`` run on every worker, ``chief_only_hooks`` on the chief.
 
     flowlab writes no checkpoints or summaries here (``checkpoint_dir`` and the ``save_*``
-    arguments are accepted and ignored, with a warning; save with ``fl.train.Checkpoint``), and
+    arguments are accepted and ignored, with a warning; save with ``tf.train.Saver``, or use
+    ``tf.train.Supervisor(logdir=...)``, which saves and restores), and
     finalizes the graph as TensorFlow does: build every op before the session."""
     global _warned_checkpoints
     if checkpoint_dir is not None and not _warned_checkpoints:
         _warned_checkpoints = True
         warnings.warn("MonitoredTrainingSession: flowlab neither saves nor restores checkpoints here "
-                      f"(checkpoint_dir={checkpoint_dir!r} is ignored); save weights with fl.train.Checkpoint",
+                      f"(checkpoint_dir={checkpoint_dir!r} is ignored); save with tf.train.Saver, or use "
+                      "tf.train.Supervisor(logdir=...), which saves and restores",
                       stacklevel=2)
     graph = get_default_graph()
     hooks = list(hooks or []) + (list(chief_only_hooks or []) if is_chief else [])

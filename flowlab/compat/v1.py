@@ -21,7 +21,7 @@ The pieces: graphs, names and collections (``_graphs.py``), variables, scopes an
 
 Where flowlab differs from TF1 (each explained where it is defined):
 
-- ``tf.placeholder(dtype)`` without a shape is a scalar; give ``shape=[None, ...]`` for arrays.
+- ``tf.placeholder(dtype)`` without a shape has an unknown rank, as in TF1 (any value can be fed).
 - As in TF1, each local ``Session()`` holds its own values of the variables (run the initializer in
   each); sessions on a cluster's target share the values on its tasks. The optimizer state of
   ``MomentumOptimizer``/``AdamOptimizer`` (slots) is shared by the sessions of a process.
@@ -30,7 +30,11 @@ Where flowlab differs from TF1 (each explained where it is defined):
   only, and refuses nodes placed on other jobs or tasks. A variable placed on a task (e.g. by
   ``tf.train.replica_device_setter``) lives on that task when a cluster session runs it, under its
   name: every worker process whose graph has it shares it (between-graph replication); the chief
-  initializes it and ``tf.train.MonitoredTrainingSession(is_chief=False)`` waits for that.
+  initializes it and ``tf.train.MonitoredTrainingSession(is_chief=False)`` or
+  ``tf.train.Supervisor(is_chief=False)`` waits for that.
+- ``tf.train.Saver`` and ``Supervisor(logdir=...)`` write flowlab's checkpoint files
+  (``<prefix>.npz``), not TensorFlow's; the Supervisor saves between steps of the training loop
+  (in ``sv.should_stop()``) rather than from a thread, and once more at ``sv.stop()``.
 - Values fetched by ``sess.run`` are read-only arrays (copy one with ``np.array(value)`` to write).
 - ``tf.control_dependencies`` works as in TF1 (a fetch runs the control inputs of what it needs,
   first); more simply, nodes always run in the order they were built.
@@ -55,6 +59,7 @@ from ..core.tensor import Tensor  # noqa: F401
 from ..core.tensor import constant as _eager_constant
 from . import v1_train as train  # noqa: F401
 from ._gradients import gradients  # noqa: F401
+from ._coordinator import OutOfRangeError
 from ._monitored import DeadlineExceededError, report_uninitialized_variables  # noqa: F401
 from ._graphs import (Graph, GraphKeys, GroupOperation, Operation, add_to_collection,  # noqa: F401
                       control_dependencies, get_collection, get_collection_ref, get_default_graph, graph_function,
@@ -248,6 +253,6 @@ losses = _namespace(
 
 errors = _namespace("errors", "The errors sessions raise (TF1's tf.errors).", OpError=OpError,
                     InvalidArgumentError=InvalidArgumentError, FailedPreconditionError=FailedPreconditionError,
-                    DeadlineExceededError=DeadlineExceededError)
+                    DeadlineExceededError=DeadlineExceededError, OutOfRangeError=OutOfRangeError)
 
 del _name

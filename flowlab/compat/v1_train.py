@@ -20,12 +20,16 @@ from ._graphs import GraphKeys, building, get_collection, get_default_graph, gro
 from ._gradients import gradients
 from ._monitored import (MonitoredSession, MonitoredTrainingSession, SessionManager, SessionRunArgs,  # noqa: F401
                          SessionRunContext, SessionRunHook, SessionRunValues, StopAtStepHook)
+from ._coordinator import Coordinator  # noqa: F401
+from ._saver import Saver, latest_checkpoint  # noqa: F401
+from ._supervisor import Supervisor  # noqa: F401
 from ._variables import Variable
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer", "AdadeltaOptimizer",
-           "get_global_step", "get_or_create_global_step", "create_global_step", "MonitoredTrainingSession",
+           "AdagradOptimizer", "get_global_step", "get_or_create_global_step", "create_global_step",
+           "MonitoredTrainingSession",
            "MonitoredSession", "SessionManager", "SessionRunHook", "SessionRunArgs", "SessionRunContext",
-           "SessionRunValues", "StopAtStepHook"]
+           "SessionRunValues", "StopAtStepHook", "Supervisor", "Saver", "Coordinator", "latest_checkpoint"]
 
 
 class Optimizer:
@@ -138,6 +142,14 @@ class AdamOptimizer(_FlowlabOptimizer):
 class AdadeltaOptimizer(_FlowlabOptimizer):
     def __init__(self, learning_rate=0.001, rho=0.95, epsilon=1e-8, use_locking=False, name="Adadelta"):
         super().__init__(learning_rate, name, lambda: _optimizers.Adadelta(learning_rate, rho, epsilon, name=name))
+
+
+class AdagradOptimizer(_FlowlabOptimizer):
+    """Adagrad, with TF1's form: ``accum += grad**2; var -= learning_rate * grad / sqrt(accum)``."""
+
+    def __init__(self, learning_rate, initial_accumulator_value=0.1, use_locking=False, name="Adagrad"):
+        super().__init__(learning_rate, name, lambda: _optimizers.Adagrad(learning_rate, initial_accumulator_value,
+                                                                          epsilon=0.0, name=name))
 
 
 # -- the global step ----------------------------------------------------------------------------

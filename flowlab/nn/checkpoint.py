@@ -40,7 +40,8 @@ from ..core import dtypes
 from ..core.backends import backend_for_device
 from ..core.tensor import Variable
 
-__all__ = ["Checkpoint", "CheckpointManager", "latest_checkpoint", "list_variables", "CheckpointLoadStatus"]
+__all__ = ["Checkpoint", "CheckpointManager", "latest_checkpoint", "list_variables", "CheckpointLoadStatus",
+           "record_checkpoint"]
 
 FORMAT = "flowlab-checkpoint"
 VERSION = 1
@@ -300,15 +301,7 @@ class Checkpoint:
         The directory's ``checkpoint`` state file then names it, so ``fl.train.latest_checkpoint(dir)``
         finds it (``write`` leaves the state file alone)."""
         self.save_counter.assign_add(1)
-        path = self.write(f"{_prefix(file_prefix)}-{int(self.save_counter)}")
-        directory, name = os.path.split(os.path.abspath(path))
-        try:
-            state = _read_state(directory) or {}
-        except ValueError:       # an unreadable state file is replaced, as TensorFlow does
-            state = {}
-        _write_state(directory, [n for n in state.get("all", []) if n != name
-                                 and os.path.exists(_file(os.path.join(directory, n)))] + [name])
-        return path
+        return record_checkpoint(self.write(f"{_prefix(file_prefix)}-{int(self.save_counter)}"))
 
     def restore(self, save_path) -> CheckpointLoadStatus:
         """Assign every variable the value saved under its path. ``None`` (no checkpoint yet, e.g.
@@ -370,6 +363,25 @@ def _read_state(directory):
 def _write_state(directory, kept):
     state = {"format": FORMAT, "latest": kept[-1] if kept else None, "all": kept}
     atomic_write(os.path.join(directory, STATE_FILE), json.dumps(state, indent=1).encode("utf-8"))
+
+
+def record_checkpoint(path, max_to_keep=None) -> str:
+    """Name the checkpoint at ``path`` (a prefix ``Checkpoint.write`` wrote) the newest of its
+    directory in the ``checkpoint`` state file, so ``latest_checkpoint`` finds it; with
+    ``max_to_keep``, delete the oldest recorded there beyond that many. Returns ``path``."""
+    directory, name = os.path.split(os.path.abspath(_prefix(path)))
+    try:
+        state = _read_state(directory) or {}
+    except ValueError:       # an unreadable state file is replaced, as TensorFlow does
+        state = {}
+    kept = [n for n in state.get("all", []) if n != name and os.path.exists(_file(os.path.join(directory, n)))]
+    kept.append(name)
+    dropped = kept[:-max_to_keep] if max_to_keep else []
+    _write_state(directory, kept[len(dropped):])    # the new one is recorded before any old one goes
+    for old in dropped:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(_file(os.path.join(directory, old)))
+    return path
 
 
 def latest_checkpoint(checkpoint_dir):

@@ -84,6 +84,33 @@ def comm_state(comm) -> _CommState:
     return st
 
 
+def resync(comm, to=None):
+    """``[collectives started, native ones started]`` on this rank of ``comm``; None while a
+    collective runs here. With ``to`` (the largest such pair over the group), first jump forward
+    to it: every call up to there counts as given up, so the next collective has the same
+    sequence number on every rank and the leftovers of the stopped calls (messages, aborts, box
+    tickets) are dropped. The cluster client does this after it stopped a call on several tasks
+    (a failure or an interrupt), when some ranks had entered a collective that others never reached."""
+    st = comm_state(comm)
+    if not st.busy.acquire(blocking=False):
+        return None
+    try:
+        native = getattr(comm, "native", None)
+        if to is not None:
+            seq = int(to[0])
+            if seq > st.seq or seq > st.failed_seq:
+                st.seq = max(st.seq, seq)
+                st.failed_seq = st.seq
+                st.aborts = {k: v for k, v in st.aborts.items() if k > st.seq}
+                for peer, q in list(st.stash.items()):
+                    st.stash[peer] = collections.deque(m for m in q if m[0]["q"] > st.seq)
+            if native is not None and int(to[1]) > native._calls:
+                native._calls = int(to[1])
+        return [st.seq, 0 if native is None else native._calls]
+    finally:
+        st.busy.release()
+
+
 _SIGS: dict = {}          # (op, alg, reduce, shape, dtype, root, seg) -> (text, dict without seq)
 _SIGS_MAX = 4096
 _EVENT_KEYS = ("peer", "step", "chunk", "part", "seq", "alg")

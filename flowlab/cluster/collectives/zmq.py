@@ -544,6 +544,25 @@ _cache: dict = {}
 _cache_lock = threading.Lock()
 
 
+def sync(server, to=None, close: bool = False) -> dict:
+    """The collective state of ``server``'s communicator, for a client that stopped a call on
+    several tasks (the ``coll-sync`` message): ``{"job"}`` when it has none; else ``{"job", "state"}``
+    with ``state`` from :func:`._exchange.resync` (``to``: move forward to that point first).
+    ``close``: drop the communicator, so the next collective forms the group again (after a
+    peer's process was restarted)."""
+    comm = _cache.get(id(server))
+    if comm is None or comm._closed:
+        return {"job": server.job_name}
+    if close:
+        with _cache_lock:
+            if _cache.get(id(server)) is comm:
+                del _cache[id(server)]
+        comm.close()
+        return {"job": server.job_name, "closed": True}
+    from ._exchange import resync
+    return {"job": server.job_name, "state": resync(comm, to)}
+
+
 def for_server(server) -> ZmqCommunicator:
     """The communicator among the tasks of ``server``'s job, made on first use and again whenever
     the cluster's layout (its ClusterSpec) changes, as after a restart."""
