@@ -39,3 +39,38 @@ def kill_left(pids) -> None:
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def free_ports(n: int) -> list:
+    """``n`` distinct ports free on 127.0.0.1 right now (bound together, then released)."""
+    import socket
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def run_script_ranks(script, *args, ranks: int = 2, timeout: float = 180.0, cwd=None) -> str:
+    """``flowlab run -np ranks script args...`` to the end: its output (stdout and stderr). Fails
+    the test, the launcher's whole process group killed, if it runs past ``timeout``; asserts the
+    launcher exited 0 and is gone."""
+    import subprocess
+    import sys
+    import pytest
+    proc = subprocess.Popen([sys.executable, "-m", "flowlab", "run", "-np", str(ranks), str(script),
+                             *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"flowlab run did not finish within {timeout:.0f} s:\n{out.decode()}")
+    out = out.decode()
+    assert proc.returncode == 0, out
+    assert not wait_gone([proc.pid], 5)
+    return out

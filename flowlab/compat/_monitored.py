@@ -31,7 +31,7 @@ import warnings
 from ..core.errors import OpError
 from ._graphs import get_default_graph
 from ._session import Session, UninitializedReport
-from ._variables import global_variables, global_variables_initializer, local_variables
+from ._variables import global_variables, global_variables_initializer
 
 __all__ = ["MonitoredTrainingSession", "MonitoredSession", "SessionManager", "SessionRunHook", "SessionRunArgs",
            "SessionRunContext", "SessionRunValues", "StopAtStepHook", "DeadlineExceededError",

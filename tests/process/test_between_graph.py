@@ -4,7 +4,6 @@ ClusterSpec on free localhost ports). The ps calls ``server.join()``; each worke
 graph under ``tf.train.replica_device_setter``, so the variables live on the ps under their
 names and both workers update the same storage. A third process reads what they left there."""
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from _processes import kill_left, wait_gone
+from _processes import free_ports, kill_left, wait_gone
 from flowlab.cluster.protocol import new_key
 from flowlab.cluster.unix import remove_if_dead
 
@@ -83,17 +82,6 @@ elif mode == "read":           # a third client, no task of its own: reads the p
         gs, per, wv, bv = sess.run([global_step, steps_by_worker, w, b])
     print("read", int(gs), " ".join(str(float(v)) for v in per), float(wv[0, 0]), float(bv[0]), flush=True)
 """
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class Tasks:

@@ -6,7 +6,6 @@ global batches."""
 import os
 import runpy
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -14,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from _processes import kill_left, wait_gone
+from _processes import free_ports, kill_left, wait_gone
 
 pytestmark = pytest.mark.process
 
@@ -75,17 +74,6 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _start(script, ports, index, out, log, layout):
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "FLOWLAB_CONFIG", "FLOWLAB_CLUSTER_KEY",
                                                              "FLOWLAB_CLUSTER_KEY_FILE")}
@@ -99,7 +87,7 @@ def _start(script, ports, index, out, log, layout):
 def test_two_tf_config_processes_train_as_one_group(tmp_path, layout):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    ports = _free_ports(2)
+    ports = free_ports(2)
     outs = [tmp_path / f"worker{i}.npz" for i in range(2)]
     logs = [tmp_path / f"worker{i}.log" for i in range(2)]
     procs = []

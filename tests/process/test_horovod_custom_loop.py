@@ -7,14 +7,11 @@ workers of a LocalCluster.
 Both are written as Horovod's own examples are, on small data, and checked against a closed form:
 one process that takes the same steps on the combined batches."""
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
-from _processes import wait_gone
+from _processes import run_script_ranks
 
 import flowlab as fl
 
@@ -115,17 +112,7 @@ def _tf2_reference(start0, start1):
 def test_tf2_custom_loop_program_under_flowlab_run(tmp_path):
     script = tmp_path / "tensorflow2_mnist.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    proc = subprocess.Popen([sys.executable, "-m", "flowlab", "run", "-np", "2", str(script), str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"flowlab run did not finish within 180 s:\n{out.decode()}")
-    out = out.decode()
-    assert proc.returncode == 0, out
-    assert not wait_gone([proc.pid], 5)
+    out = run_script_ranks(script, tmp_path, cwd=ROOT)
     assert [line.split("\t")[0] for line in out.splitlines() if "Step #" in line] == \
         ["[0] Step #0", "[0] Step #4"], out                              # rank 0 prints, rank 1 stays quiet
 

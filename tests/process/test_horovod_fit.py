@@ -13,14 +13,11 @@ reads rows 32k .. 32k+31; the average of the two ranks' mean-loss gradients is t
 gradient of those 32 rows: one process with batches of 32 (and the same scaled learning rate)
 takes the same steps."""
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
-from _processes import wait_gone
+from _processes import run_script_ranks
 
 import flowlab as fl
 
@@ -239,17 +236,7 @@ SCRIPT = """\
 def test_the_program_runs_as_a_script_under_flowlab_run(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    proc = subprocess.Popen([sys.executable, "-m", "flowlab", "run", "-np", "2", str(script), str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"flowlab run did not finish within 180 s:\n{out.decode()}")
-    out = out.decode()
-    assert proc.returncode == 0, out
-    assert not wait_gone([proc.pid], 5)
+    out = run_script_ranks(script, tmp_path, cwd=ROOT)
     assert "[0] Epoch 1/2" in out and "[0] Epoch 2/2" in out, out           # rank 0 shows progress,
     assert "[1] Epoch" not in out, out                                      # rank 1 stays quiet
     assert "finished gradual learning rate warmup" in out, out

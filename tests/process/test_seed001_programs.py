@@ -4,13 +4,13 @@ as tf`` against real task processes: the seed's own ``create_worker.py`` (``tf.t
 same programs and the three exercises against a LocalCluster, compared with a local session."""
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+from _processes import free_ports
 
 import flowlab as fl
 import flowlab.compat.v1 as tf
@@ -78,17 +78,6 @@ with tf.Session("grpc://localhost:PORT0") as sess:
     result = sess.run(mean, feed_dict={x: data})
     print(result, np.float32(data.astype(np.float32).mean()))
 """
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def fill(text, ports):
