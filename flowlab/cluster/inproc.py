@@ -76,6 +76,9 @@ class _Listener:
 
     post = send   # queues are thread-safe already
 
+    def check_with(self, admit):
+        """Nothing to check early: frames arrive whole, from this process."""
+
     def wake(self):
         self._inbox.put(None)
 

@@ -120,6 +120,8 @@ class Monitor:
         self._listener = transport.listen("127.0.0.1" if transport.name == "zmq" else "inproc", 0)
         self.address = self._listener.address
         self._verifier = Verifier(key, self.id)
+        if hasattr(self._listener, "check_with"):     # headers checked before buffers are received
+            self._listener.check_with(self._verifier.admit)
         self._tasks: dict[str, TaskState] = {}
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)

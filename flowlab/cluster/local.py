@@ -78,6 +78,8 @@ class _Resources:
         all, then SIGKILL what is left, and reap every one."""
         for p in procs:
             _close_stdin(p)
+            if p.poll() is None:
+                p.send_signal(_signal.SIGCONT)   # a SIGSTOPped worker: let it see the end of stdin and clean up
         deadline = time.monotonic() + grace
         for p in procs:
             try:
@@ -179,7 +181,8 @@ class LocalCluster:
         self._lock = threading.RLock()
         self.closed = False
         try:
-            res.tmpdir = tempfile.mkdtemp(prefix="flowlab-cluster-")
+            from .leftovers import folder_prefix   # flowlab-cluster-<owner>-: swept once the owner is gone
+            res.tmpdir = tempfile.mkdtemp(prefix=folder_prefix())
             res.monitor = Monitor(self._transport, self._key, interval=heartbeat, timeout=unresponsive_after)
             # health: the monitor's own method, so nothing in `res` refers back to the cluster and a
             # cluster nobody holds any more is collected (and its workers ended) by the finalizer
@@ -299,7 +302,8 @@ class LocalCluster:
 
     def restart(self, task) -> None:
         """End a task's process (if it still runs) and start a new one on the same port when that
-        port is free (another otherwise); returns when it is ready."""
+        port is free (another otherwise); returns when it is ready. The other tasks of its job
+        form their collective group again with the new process at their next collective."""
         self._check_open()
         name = self._name(task)
         with self._lock:
@@ -311,6 +315,7 @@ class LocalCluster:
                 if log is not None:
                     log.close()
             self._res.client.remove(name)
+            self._regroup(name)
             port = int(self._addresses[name].rpartition(":")[2]) if name in self._addresses else 0
             self._spawn(name, port, tries=1 if port else None, fallback=True)
             self._res.monitor.wait_ready([name], self._start_timeout)
@@ -383,13 +388,13 @@ class LocalCluster:
         return os.path.join(self._res.tmpdir or "", task.strip("/").replace("/", "_").replace(":", "-") + ".log")
 
     def _spawn(self, task, port, tries=None, fallback=False):
-        from .worker import command
+        from .worker import command, spawn
 
         job, index = parse_task(task)
         res = self._res
         log = res.logs[task] = open(self._log_path(task), "ab")
-        proc = subprocess.Popen(command(self._python), stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=self._env, close_fds=True)
+        proc = spawn(command(self._python), stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                     start_new_session=True, env=self._env, close_fds=True)
         res.procs[task] = proc
         res.monitor.watch(task, proc, self._log_path(task))
         cfg = {"key": self._key.hex(), "job": job, "index": index, "bind": "127.0.0.1",
@@ -408,6 +413,18 @@ class LocalCluster:
         state = self._res.monitor.state(task)
         self._addresses[task] = state.address
         self._res.client.add(task, state.address, state.server_id, state.pid)
+
+    def _regroup(self, task):
+        """Have the other live tasks of ``task``'s job drop their collective group, which still
+        holds the old process (gone, its rings, its sequence numbers): their next collective forms
+        the group again, with the new process, every rank counting from the start."""
+        job = parse_task(task)[0]
+        others = [t for t in self._tasks if t != task and parse_task(t)[0] == job and self.status(t) == "alive"]
+        if others:
+            try:
+                self._res.client.request_all(others, "coll-sync", {"close": True}, timeout=10.0)
+            except ClusterError:   # a task that fails here is reported by the next call that uses it
+                pass
 
     def _broadcast_spec(self):
         body = {"cluster": self.spec.as_dict()}

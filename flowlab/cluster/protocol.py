@@ -37,6 +37,13 @@ which says what is wrong.
 Raw tensor frames are covered by their length in the signed header, not by the signature itself
 (hashing a 64 MiB tensor would halve the transfer rate); ``pack(..., sign_buffers=True)`` adds a
 digest for each buffer where that matters.
+
+Memory before verification: no frame may be longer than :data:`MAX_FRAME` bytes
+(``FLOWLAB_MAX_FRAME_MB``, default 4096 MiB), and a transport that can look at the first frame
+before it receives the rest asks :meth:`Verifier.admit` first: the signature, the address, the
+time and the replay window are checked and the buffer sizes must be exactly those the signed
+header lists, so nothing a peer announces is allocated before the header is known to be genuine
+(the local lane does this; see :mod:`.unix`).
 """
 from __future__ import annotations
 
@@ -62,6 +69,21 @@ KEY_BYTES = 32            # the key new_key() makes; a key must have at least 16
 TIME_WINDOW = 300.0       # seconds: a header older (or newer) than this is dropped
 REPLAY_WINDOW = 4096      # how far below a sender's highest seq a late message may still arrive
 _ALLOWED_KINDS = frozenset("biufc")   # dtype kinds a tensor frame may have (no objects, no void)
+
+
+def _max_frame_from_env() -> int:
+    text = os.environ.get("FLOWLAB_MAX_FRAME_MB", "4096")
+    try:
+        mib = float(text)
+        if not mib > 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"FLOWLAB_MAX_FRAME_MB={text!r} is not a positive number of mebibytes (the largest "
+                         f"frame, e.g. one tensor, a peer may send; unset it for the default, 4096)") from None
+    return int(mib * (1 << 20))
+
+
+MAX_FRAME = _max_frame_from_env()     # bytes: a longer frame (tensor, pickle) is refused on every lane
 
 _COMPACT = struct.Struct("<BQdHI")   # tag, seq, time, route length, bufs length
 _COMPACT_SIZE = _COMPACT.size
@@ -295,6 +317,13 @@ class ReplayGuard:
             state[1] = {n for n in seen if n > low}
         state[2] = t
 
+    def seen(self, sender: str, seq: int) -> bool:
+        """Whether :meth:`check` would refuse ``(sender, seq)`` now (it records nothing)."""
+        state = self._seen.get(sender)
+        if state is None or seq > state[0]:
+            return False
+        return state[0] - seq >= self.window or seq in state[1]
+
     def _evict(self, now):
         """Forget senders silent for longer than the time window (their old messages fail the
         time check anyway); if none is that old, the stalest one."""
@@ -371,6 +400,52 @@ class Verifier:
             buffers, nbytes = [], 0
         self.guard.check(sender, seq, t)   # last: a message that failed above does not burn its seq
         return Message(type_, body, buffers, sender, seq, nbytes)
+
+    def admit(self, first, sizes) -> None:
+        """Check a message's first frame (signature + header) before its buffers are received:
+        raises ProtocolError unless it is signed with this cluster's key, addressed here, within
+        the time window, not a replay, and ``sizes`` (the byte lengths of the frames that follow)
+        are exactly those its header lists, none over MAX_FRAME. Records nothing: :meth:`unpack`
+        still checks the whole message."""
+        if first.__class__ is not bytes:
+            first = bytes(first)
+        if len(first) < 34:
+            raise ProtocolError("unsigned or malformed message (no 32-byte signature and header)")
+        header = first[32:]
+        if not _compare(first[:32], self._mac(header)):
+            raise ProtocolError("bad signature: the message was not signed with this cluster's key")
+        try:
+            if header[0] == COMPACT:
+                _, seq, t, lr, lb = _uncompact(header)
+                o = _COMPACT_SIZE + lr
+                head = self._routes.get(header[_COMPACT_SIZE:o]) or self._learn_route(header[_COMPACT_SIZE:o])
+                if head is None:
+                    raise ValueError("the route is not [from, to, type]")
+                type_, sender, to = head
+                bufs = self._bufs.get(header[o:o + lb]) or self._learn_bufs(header[o:o + lb])
+                if bufs is None:
+                    raise ValueError("bad buffer list")
+                descs = bufs[0]
+            else:
+                h = json.loads(header)
+                type_, sender, to, seq, t, descs = h["type"], h["from"], h["to"], h["seq"], h["t"], h["bufs"]
+            expected = [_desc_nbytes(d) for d in descs]
+        except (ValueError, KeyError, TypeError, IndexError, struct.error) as e:
+            raise ProtocolError(f"malformed header ({e.__class__.__name__}: {e})") from None
+        if to not in self.me and not (to == "*" and type_ in self.anyone):
+            raise ProtocolError(f"message addressed to {to!r}, not to this receiver")
+        if seq.__class__ is not int or t.__class__ is not float:
+            raise ProtocolError("malformed header: bad seq or time")
+        age = _now() - t
+        if not (age <= self.window and -age <= self.window):
+            raise ProtocolError(f"stale message: sent {age:.0f} s ago (window {self.window:.0f} s)")
+        if self.guard.seen(sender, seq):
+            raise ProtocolError(f"replayed message: seq {seq} from {sender} was seen before")
+        if list(sizes) != expected:
+            raise ProtocolError(f"frames of {list(sizes)} bytes, the signed header lists {expected}")
+        if expected and max(expected) > MAX_FRAME:
+            raise ProtocolError(f"a frame of {max(expected)} bytes is over the limit of {MAX_FRAME} "
+                                f"(FLOWLAB_MAX_FRAME_MB on the receiving side raises it)")
 
     def _fast(self, header: bytes, frames):
         """The checked Message of a signed ``header`` read with what earlier messages taught (see
@@ -521,6 +596,24 @@ class Verifier:
             self._bufs.clear()
         out = self._bufs[text] = (descs, plan)
         return out
+
+
+def _desc_nbytes(desc) -> int:
+    """The byte length a buffer description announces (raises ValueError/TypeError/IndexError)."""
+    kind = desc[0]
+    if kind in ("b", "p"):
+        n = desc[1]
+    elif kind == "nd":
+        n = _dtype_in(desc[1]).itemsize
+        for s in desc[2]:
+            if s.__class__ is not int or s < 0:
+                raise ValueError(f"shape {desc[2]}")
+            n *= s
+    else:
+        raise ValueError(f"unknown buffer kind {kind!r}")
+    if n.__class__ is not int or n < 0:
+        raise ValueError(f"buffer length {n!r}")
+    return n
 
 
 def _decode_buffers(descs, frames):

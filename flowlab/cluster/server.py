@@ -15,7 +15,8 @@ one with :meth:`Server.register`:
   queued or running (so messages of one client never overtake each other), else on the exec thread.
 
 Built-in types: ``hello``, ``ping``, ``spec``, ``run``, ``put``, ``get``, ``delete``, ``push``,
-``events``, ``stats``, ``shutdown``, ``cancel``.
+``events``, ``stats``, ``shutdown``, ``cancel``, ``coll-sync`` (the task's collective state, which a
+client brings back in step after it stopped a call on several tasks).
 
 ``cancel`` (inline) stops a request of the same client on the exec thread: one still queued is
 answered with a KeyboardInterrupt error and never runs; the one running gets a KeyboardInterrupt
@@ -207,6 +208,8 @@ class Server:
         """Bind the listening socket now (``start`` does it too); returns ``host:port``."""
         if self._listener is None:
             self._listener = self.transport.listen(self.bind, self._port, self._port_tries)
+            if hasattr(self._listener, "check_with"):    # headers checked before buffers are received
+                self._listener.check_with(self._verifier.admit)
         return self.address
 
     def start(self) -> None:
@@ -604,6 +607,17 @@ def _shutdown(server, msg):
 def _cancel(server, msg):
     """Stop this sender's request ``body["seq"]`` (see :meth:`Server.cancel`); reply ``{"state": ...}``."""
     return {"state": server.cancel(msg.sender, int(msg.body["seq"]))}
+
+
+@handler("coll-sync")
+def _coll_sync(server, msg):
+    """This task's collective state, moved forward to ``body["to"]`` or dropped with
+    ``body["close"]`` (see ``flowlab.cluster.collectives.zmq.sync``); ``{}`` when the task has
+    never formed a group (then the collectives' module may not even be loaded)."""
+    mod = sys.modules.get("flowlab.cluster.collectives.zmq")
+    if mod is None:
+        return {}
+    return mod.sync(server, msg.body.get("to"), bool(msg.body.get("close")))
 
 
 from . import task_exec as _task_exec  # noqa: E402,F401 - its handlers (op, fetch, partition, ...) serve every task

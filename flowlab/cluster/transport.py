@@ -21,6 +21,14 @@ small ones). On receipt the first frame of a message (the signed header) is read
 every later one (a tensor) as a ``zmq.Frame`` whose buffer numpy wraps without a copy.
 A buffer given to ``send`` must not change until the peer has it. Sockets close with linger 0, so
 closing never waits on a peer that is gone. Every wait has a timeout.
+
+Limits on what a peer can make a listener hold before a message is verified: over TCP, ZeroMQ
+disconnects a peer that announces a frame longer than ``protocol.MAX_FRAME`` (``MAXMSGSIZE``),
+drops a connection whose ZMTP handshake takes over :data:`HANDSHAKE_MS`, and pings every
+connection, dropping one that does not answer within :data:`HEARTBEAT_TIMEOUT_MS` (a peer stalled
+in the middle of a frame cannot answer). ZeroMQ still assembles a whole message before flowlab sees
+its signed header, so over TCP a peer without the key can make a listener hold up to MAX_FRAME per
+frame it actually sends; the local lane checks the header first (see :mod:`.unix`).
 """
 from __future__ import annotations
 
@@ -32,6 +40,7 @@ import time
 
 import zmq
 
+from . import protocol as _protocol
 from . import unix as _unix
 from .errors import ClusterError, ClusterTimeoutError
 from .spec import split_address
@@ -39,6 +48,9 @@ from .spec import split_address
 __all__ = ["ZmqTransport", "Listener", "Connection", "context"]
 
 SEND_TIMEOUT_MS = 10_000     # a send that cannot be queued for this long raises (full queue)
+HANDSHAKE_MS = 5_000         # a TCP connection must finish ZeroMQ's handshake within this
+HEARTBEAT_MS = 2_000         # a listener pings each connection this often when it is quiet ...
+HEARTBEAT_TIMEOUT_MS = 10_000  # ... and drops one that has not answered within this
 _NOBLOCK = zmq.NOBLOCK
 _Again = zmq.Again
 _POLLIN = int(zmq.POLLIN)
@@ -84,6 +96,10 @@ class Listener:
         self._sock = sock = ctx.socket(zmq.ROUTER)
         sock.linger = 0
         sock.sndtimeo = SEND_TIMEOUT_MS
+        sock.maxmsgsize = _protocol.MAX_FRAME
+        sock.handshake_ivl = HANDSHAKE_MS
+        sock.heartbeat_ivl = HEARTBEAT_MS
+        sock.heartbeat_timeout = HEARTBEAT_TIMEOUT_MS
         self.port = _bind(sock, host, port, tries)
         self.host = host
         self.address = f"{host}:{self.port}"
@@ -109,6 +125,13 @@ class Listener:
             if _unix.SPIN > 0:
                 self._spin = False
         self.lane = "unix+tcp" if self._unix is not None else "tcp"
+
+    def check_with(self, admit) -> None:
+        """Have the local lane check each message's signed header with ``admit`` (a server's
+        ``Verifier.admit``) before it receives the message's buffers (see :mod:`.unix`). ZeroMQ
+        hands up whole messages only; TCP relies on the limits in this module's docstring."""
+        if self._unix is not None:
+            self._unix.admit = admit
 
     @property
     def lane_path(self) -> str | None:
@@ -149,6 +172,8 @@ class Listener:
         while True:
             if unix.changed:
                 self._register()
+            if unix.pending:
+                unix.expire()
             if deadline is None:
                 ms = _ms(timeout)
                 if ms > 0:

@@ -8,13 +8,25 @@ the ``flowlab`` package runs its ``__init__``). The parent writes the task's con
 one JSON line on the child's stdin (so the key is never on a command line or in the environment)
 and keeps the pipe open. The child:
 
-1. reads that line, then watches stdin on a thread: end of file means the parent is gone
-   (closed the cluster, restarted, crashed, was killed), and the worker exits at once, so nothing
-   is orphaned. It runs in a session of its own, so the notebook's Interrupt button (SIGINT to
-   the kernel's process group) does not reach it: instead the interrupted client sends a signed
-   ``cancel`` (see :mod:`.server`), which interrupts the user's code on this process's main thread;
-2. binds its port, starts its heartbeat (which first says ``ready`` with its address), and serves:
-   the message loop on a thread, user code (``run``) on the main thread.
+1. asks the kernel for SIGKILL when its parent ends (Linux's parent-death signal, as Jupyter
+   kernels do; SIGKILL also ends a worker that is SIGSTOPped, which could run no watchdog), and
+   exits at once if the parent is already gone;
+2. reads that line, then watches its parent on a thread: end of file on stdin means the parent
+   closed the cluster (or restarted this task, or died), and a parent pid that changed means the
+   parent is gone although something else still holds the pipe (a process it forked after the
+   cluster started); either way the worker removes what it made (its lane socket, the shared
+   segments it still has linked: :mod:`.leftovers`) and exits, so nothing is orphaned. SIGTERM
+   does the same cleanup before it ends the worker as SIGTERM would. The worker runs in a session
+   of its own, so the notebook's Interrupt button (SIGINT to the kernel's process group) does not
+   reach it: instead the interrupted client sends a signed ``cancel`` (see :mod:`.server`), which
+   interrupts the user's code on this process's main thread;
+3. binds its port, starts its heartbeat (which first says ``ready`` with its address), and serves:
+   the message loop on a thread, user code (``run``) on the main thread. A second after it is
+   ready, it sweeps, in the background, what killed flowlab processes left on the host
+   (:func:`.leftovers.sweep`).
+
+The parent-death signal fires when the *thread* that started the worker ends, not the process, so
+the parent starts every worker from one thread that lives as long as it does (:func:`spawn`).
 
 ``flowlab worker --cluster spec.json --job worker --task 1`` runs one task from a shell instead
 (:func:`serve_task`), with the key from ``FLOWLAB_CLUSTER_KEY`` or a key file.
@@ -24,10 +36,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
+import select
+import signal
+import subprocess
 import sys
 import threading
 
-__all__ = ["command", "child_main", "serve_task"]
+__all__ = ["command", "spawn", "child_main", "serve_task"]
+
+PARENT_POLL_S = 0.5      # how often a worker checks that its parent still runs (besides stdin and the signal)
+SWEEP_DELAY_S = 1.0      # a worker sweeps what dead processes left this long after it is ready
+_PR_SET_PDEATHSIG = 1
 
 # The bootstrap puts a "flowlab" package in sys.modules whose __init__ has not run: its submodules
 # import as usual (flowlab.cluster.* here), and the first attribute looked up on the package itself
@@ -44,28 +64,127 @@ m.__getattr__ = __getattr__
 sys.modules["flowlab"] = m
 del u, spec, m, __getattr__
 import flowlab.cluster.worker
-flowlab.cluster.worker.child_main()
+flowlab.cluster.worker.child_main({parent})
 """
 
 
 def command(python: str | None = None) -> list[str]:
-    """The argv that starts a LocalCluster task: this interpreter and the light bootstrap."""
+    """The argv that starts a LocalCluster task (from this process): this interpreter and the
+    light bootstrap, which is told this process's pid (the parent it watches)."""
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return [python or sys.executable, "-c", _BOOT.format(pkg=pkg, init=os.path.join(pkg, "__init__.py"))]
+    boot = _BOOT.format(pkg=pkg, init=os.path.join(pkg, "__init__.py"), parent=os.getpid())
+    return [python or sys.executable, "-c", boot]
 
 
-def _watch_parent():
-    def watch():
+# -- the parent's side: one long-lived thread starts every worker ----------------------------------
+_spawn_lock = threading.Lock()
+_spawn_jobs: "queue.SimpleQueue | None" = None
+
+
+def _spawner(jobs) -> None:
+    while True:
+        args, kwargs, done = jobs.get()
         try:
-            while os.read(0, 4096):
-                pass
-        except OSError:
+            done.append((True, subprocess.Popen(args, **kwargs)))
+        except BaseException as e:   # noqa: BLE001 - handed to the caller, raised there
+            done.append((False, e))
+        done[0].set()
+
+
+def spawn(args, **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(args, **kwargs)``, run on this process's spawner thread. A worker's
+    parent-death signal fires when the thread that forked it ends, so a worker started from a
+    short-lived thread (a widget's callback, a user's thread) would die with that thread; the
+    spawner thread lives as long as the process."""
+    global _spawn_jobs
+    with _spawn_lock:
+        if _spawn_jobs is None:
+            _spawn_jobs = queue.SimpleQueue()
+            threading.Thread(target=_spawner, args=(_spawn_jobs,), name="flowlab-spawner", daemon=True).start()
+        jobs = _spawn_jobs
+    done: list = [threading.Event()]
+    jobs.put((args, kwargs, done))
+    done[0].wait()
+    ok, got = done[1]
+    if not ok:
+        raise got
+    return got
+
+
+def _forget_spawner() -> None:       # a forked child has no spawner thread: it starts its own
+    global _spawn_jobs, _spawn_lock
+    _spawn_jobs, _spawn_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_spawner)
+
+
+# -- the worker's side: die with the parent --------------------------------------------------------
+def _die_with_parent(parent: int | None) -> None:
+    """Ask for SIGKILL when the parent ends (Linux), then exit if it has ended already."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):    # no prctl: the poll of the parent pid still works
             pass
-        print("flowlab worker: stdin closed (the process that started this worker is gone); exiting",
-              file=sys.stderr, flush=True)
-        _remove_lane()
-        os._exit(0)
+    if parent and os.getppid() != parent:
+        os._exit(0)       # the parent died before the signal was asked for
+
+
+def _exit_now(code: int) -> None:
+    """Remove what this worker made that others would trip over, then end without further ado."""
+    _remove_lane()
+    from . import leftovers
+    leftovers.release_owned()
+    os._exit(code)
+
+
+def _watch_parent(parent: int | None):
+    """A thread that ends this worker when its parent is gone: stdin's end of file, or a parent
+    pid that changed (something forked by the parent may still hold the pipe)."""
+    def watch():
+        poller = select.poll()
+        poller.register(0, select.POLLIN | select.POLLHUP)
+        why = None
+        while why is None:
+            if poller.poll(int(PARENT_POLL_S * 1000)):
+                try:
+                    if not os.read(0, 4096):
+                        why = "stdin closed (the cluster was closed, or its process is gone)"
+                except OSError:
+                    why = "stdin closed (the cluster was closed, or its process is gone)"
+            elif parent and os.getppid() != parent:
+                why = f"its parent (pid {parent}) is gone"
+        print(f"flowlab worker: {why}; exiting", file=sys.stderr, flush=True)
+        _exit_now(0)
     threading.Thread(target=watch, name="flowlab-parent-watch", daemon=True).start()
+
+
+def _on_sigterm(signum, frame):
+    """Clean up, then end as SIGTERM does (the exit status still says so)."""
+    _remove_lane()
+    from . import leftovers
+    leftovers.release_owned()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _sweep() -> None:
+    import time
+
+    from . import leftovers
+    time.sleep(SWEEP_DELAY_S)
+    try:
+        removed = leftovers.sweep()
+    except Exception as e:  # noqa: BLE001 - a sweep that fails must not take the worker down
+        logging.getLogger("flowlab.cluster").warning("sweeping what dead flowlab processes left failed: %s", e)
+        return
+    if any(removed.values()):
+        logging.getLogger("flowlab.cluster").info("removed what dead flowlab processes left: %s", removed)
 
 
 def _remove_lane():
@@ -96,8 +215,10 @@ def _preload(modules):
             logging.getLogger("flowlab.cluster").warning("preload of %s failed: %s", name, e)
 
 
-def child_main() -> None:
-    """The entry point of a LocalCluster task (stdin: one JSON line of configuration)."""
+def child_main(parent: int | None = None) -> None:
+    """The entry point of a LocalCluster task (stdin: one JSON line of configuration); ``parent``:
+    the pid of the process that started it."""
+    _die_with_parent(parent)
     line = b""
     while not line.endswith(b"\n"):
         chunk = os.read(0, 65536)
@@ -105,7 +226,8 @@ def child_main() -> None:
             os._exit(0)     # the parent died before it told us anything
         line += chunk
     cfg = json.loads(line)
-    _watch_parent()
+    _watch_parent(parent)
+    signal.signal(signal.SIGTERM, _on_sigterm)
     for entry in cfg.get("sys_path", ()):   # import what the parent can import (its sys.path edits too)
         if entry not in sys.path:
             sys.path.append(entry)
@@ -131,6 +253,7 @@ def child_main() -> None:
     print(f"flowlab worker {srv.name} (pid {srv.pid}) listening on {srv.address}", file=sys.stderr, flush=True)
     if cfg.get("preload"):
         threading.Thread(target=_preload, args=(cfg["preload"],), daemon=True).start()
+    threading.Thread(target=_sweep, name="flowlab-sweep", daemon=True).start()
     try:
         srv.serve_exec()    # user code on this (main) thread, so a client's cancel can interrupt it
     finally:

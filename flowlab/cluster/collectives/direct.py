@@ -32,12 +32,13 @@ channels.
 Messages go through the call's :class:`~._exchange.Exchange`, so signatures, deadlines, lost
 peers and events work as for every algorithm. A window grows (a new segment, the old one dropped)
 when a call needs more than it has; its name is unlinked once every peer has mapped it (all
-their step-1 messages arrived), so nothing stays in ``/dev/shm`` after that.
+their step-1 messages arrived), so nothing stays in ``/dev/shm`` after that. A call that fails
+before then (a peer late past the deadline, lost, or a mismatch) drops the window at once, name
+and all: the next call makes a new one, and a late peer that finds the name gone fails its call
+with a :class:`~.errors.CollectiveError` naming the rank whose window it was.
 """
 from __future__ import annotations
 
-import os
-import secrets
 import time
 import zlib
 
@@ -46,7 +47,8 @@ import numpy as np
 from ..events import now
 from . import ring
 from .errors import CollectiveError
-from .shm import BOX_BYTES, STRONG_ORDER, _unlink, map_segment, segment_path, spin_until, yield_until
+from .shm import (BOX_BYTES, STRONG_ORDER, _unlink, map_segment, new_segment_name, segment_path, spin_until,
+                  yield_until)
 
 __all__ = ["SharedMemoryCollectives"]
 
@@ -109,20 +111,35 @@ class SharedMemoryCollectives:
                 self._mine = None
             size = max(MIN_WINDOW, 1 << (need - 1).bit_length())
             try:
-                self._mine = _Window(f"flowlab-{os.getpid()}-w{secrets.token_hex(6)}", size)
+                self._mine = _Window(new_segment_name("w"), size)
             except OSError as e:      # e.g. NoSharedMemory: every rank hears why
                 why = f"rank {ex.rank} could not make its shared window of {size / 2**20:.1f} MiB: {e}"
                 ex._fail(CollectiveError(f"{ex.name} #{ex.seq} ({ex.alg}) failed: {why}", ex.name, ex.seq,
                                          ex.rank, ()), {"kind": "error", "message": why})
         return self._mine
 
-    def _peer(self, rank: int, name: str) -> _Window:
+    def _peer(self, ex, rank: int, name: str) -> _Window:
         win = self._peers.get(rank)
         if win is None or win.name != name:
             if win is not None:
                 win.close()
-            win = self._peers[rank] = _Window(name)
+                del self._peers[rank]
+            try:
+                win = _Window(name)
+            except OSError as e:       # its maker gave the call up (and dropped the window) first
+                why = f"rank {ex.rank} could not map rank {rank}'s shared window {name} ({e.strerror or e})"
+                ex._fail(CollectiveError(f"{ex.name} #{ex.seq} ({ex.alg}) failed: {why}; rank {rank} "
+                                         f"probably gave this call up", ex.name, ex.seq, ex.rank, (rank,)),
+                         {"kind": "error", "message": why})
+            self._peers[rank] = win
         return win
+
+    def _drop_own(self) -> None:
+        """A windowed call failed: drop this rank's window if its name is still linked (peers may
+        not have mapped it; the next call makes a new one), so nothing stays in /dev/shm."""
+        if self._mine is not None and self._mine.linked:
+            self._mine.close()
+            self._mine = None
 
     def _next_call(self) -> int:
         """Count this native call; its window half is the count's parity (every native call
@@ -148,7 +165,7 @@ class SharedMemoryCollectives:
                     mine, self._calls = self._calls, max(self._calls, theirs)
                     ex._mismatch(peer, ex.sig, f"rank {ex.rank} is at its native call #{mine}, rank {peer} "
                                                f"at #{theirs} (an earlier native call differed)")
-                wins[peer] = self._peer(peer, their_name.tobytes().decode())
+                wins[peer] = self._peer(ex, peer, their_name.tobytes().decode())
         return wins
 
     def _round(self, ex, step: int) -> None:
@@ -176,25 +193,29 @@ class SharedMemoryCollectives:
             if STRONG_ORDER and buf.nbytes <= BOX_BYTES:
                 return self._boxed(ex, buf, ufunc, src)
             return self._one_shot(ex, buf, ufunc, src)
-        win = self._own(ex, buf.nbytes)
-        mine = win.view(half, buf.dtype, buf.size)
-        for p in range(n):           # the peers' slices of this rank's input (they reduce those)
-            if p != r:
-                mine[bounds[p]:bounds[p + 1]] = src[bounds[p]:bounds[p + 1]]
-        wins = self._announce(ex, win, 0)
-        views = [wins[p].view(half, buf.dtype, buf.size) for p in range(n)]
-        lo, hi = bounds[r], bounds[r + 1]
-        t0 = now()
-        terms = [src[lo:hi] if p == r else views[p][lo:hi] for p in range(n)]
-        acc = mine[lo:hi]            # no peer reads this range until step 1 says it is reduced
-        ufunc(terms[0], terms[1], out=acc)
-        for p in range(2, n):
-            ufunc(acc, terms[p], out=acc)
-        ex.reduced(t0, acc.nbytes * (n - 1), r, 1, r)
-        self._round(ex, 1)
-        win.unlink()          # every peer has mapped it by now
-        for p in ((r,) if scatter_only else range(n)):
-            buf[bounds[p]:bounds[p + 1]] = views[p][bounds[p]:bounds[p + 1]]
+        try:
+            win = self._own(ex, buf.nbytes)
+            mine = win.view(half, buf.dtype, buf.size)
+            for p in range(n):           # the peers' slices of this rank's input (they reduce those)
+                if p != r:
+                    mine[bounds[p]:bounds[p + 1]] = src[bounds[p]:bounds[p + 1]]
+            wins = self._announce(ex, win, 0)
+            views = [wins[p].view(half, buf.dtype, buf.size) for p in range(n)]
+            lo, hi = bounds[r], bounds[r + 1]
+            t0 = now()
+            terms = [src[lo:hi] if p == r else views[p][lo:hi] for p in range(n)]
+            acc = mine[lo:hi]            # no peer reads this range until step 1 says it is reduced
+            ufunc(terms[0], terms[1], out=acc)
+            for p in range(2, n):
+                ufunc(acc, terms[p], out=acc)
+            ex.reduced(t0, acc.nbytes * (n - 1), r, 1, r)
+            self._round(ex, 1)
+            win.unlink()          # every peer has mapped it by now
+            for p in ((r,) if scatter_only else range(n)):
+                buf[bounds[p]:bounds[p + 1]] = views[p][bounds[p]:bounds[p + 1]]
+        except BaseException:     # failed (deadline, lost peer, mismatch) or interrupted
+            self._drop_own()
+            raise
 
     def _boxed(self, ex, buf, ufunc, src):
         """A small tensor through the channels' boxes (:mod:`.shm`, "The box"): this rank puts
@@ -285,26 +306,34 @@ class SharedMemoryCollectives:
     def allgather(self, ex, buf, bounds):
         n, r = ex.size, ex.rank
         half = self._next_call()
-        win = self._own(ex, buf.nbytes)
-        mine = win.view(half, buf.dtype, buf.size)
-        mine[bounds[r]:bounds[r + 1]] = buf[bounds[r]:bounds[r + 1]]
-        wins = self._announce(ex, win, 0)
-        for p in range(n):
-            if p != r:
-                buf[bounds[p]:bounds[p + 1]] = wins[p].view(half, buf.dtype, buf.size)[bounds[p]:bounds[p + 1]]
-        self._round(ex, 1)    # nobody rewrites a window another rank may still be copying from
-        win.unlink()
+        try:
+            win = self._own(ex, buf.nbytes)
+            mine = win.view(half, buf.dtype, buf.size)
+            mine[bounds[r]:bounds[r + 1]] = buf[bounds[r]:bounds[r + 1]]
+            wins = self._announce(ex, win, 0)
+            for p in range(n):
+                if p != r:
+                    buf[bounds[p]:bounds[p + 1]] = wins[p].view(half, buf.dtype, buf.size)[bounds[p]:bounds[p + 1]]
+            self._round(ex, 1)    # nobody rewrites a window another rank may still be copying from
+            win.unlink()
+        except BaseException:
+            self._drop_own()
+            raise
 
     def broadcast(self, ex, buf, root):
         half = self._next_call()
-        win = self._own(ex, buf.nbytes)
-        if ex.rank == root:
-            win.view(half, buf.dtype, buf.size)[...] = buf
-        wins = self._announce(ex, win, 0)
-        if ex.rank != root:
-            buf[...] = wins[root].view(half, buf.dtype, buf.size)
-        self._round(ex, 1)
-        win.unlink()
+        try:
+            win = self._own(ex, buf.nbytes)
+            if ex.rank == root:
+                win.view(half, buf.dtype, buf.size)[...] = buf
+            wins = self._announce(ex, win, 0)
+            if ex.rank != root:
+                buf[...] = wins[root].view(half, buf.dtype, buf.size)
+            self._round(ex, 1)
+            win.unlink()
+        except BaseException:
+            self._drop_own()
+            raise
 
     def barrier(self, ex):
         self._next_call()

@@ -24,7 +24,11 @@ Segments: the receiving rank creates the file (``O_EXCL``, mode 0600) when a pee
 asks for a channel; the sender maps it and unlinks it at once, so the name exists only while
 the group forms: afterwards a SIGKILL of any rank leaves nothing in ``/dev/shm`` (the memory is
 freed when the last mapping goes). The creator unlinks it too when it closes, in case the peer
-never came. The files are opened with ``os.open`` + ``mmap``, not
+never came. A segment's name starts with its maker's owner tag (``flowlab-<pid>-<start>-<pidns>-r...``,
+:mod:`..leftovers`): until it is unlinked, the maker has it registered, so its exit handlers (and a
+worker's fast exits) unlink it; what a SIGKILLed maker left is unlinked by the next sweep, which
+every process runs when it first makes a segment, and every LocalCluster worker when it starts.
+The files are opened with ``os.open`` + ``mmap``, not
 ``multiprocessing.shared_memory``: Python 3.11's ``resource_tracker`` registers every segment a
 process attaches and unlinks (and warns about) it when that process exits, which would pull the
 segment from under the other rank.
@@ -85,8 +89,10 @@ import time
 
 import numpy as np
 
+from .. import leftovers
+
 __all__ = ["Inbound", "Outbound", "Pusher", "Waker", "NoSharedMemory", "host_identity", "unavailable", "fence", "poke",
-           "poke_socket", "spin_until", "yield_until", "CAPACITY", "SPIN_S", "STRONG_ORDER"]
+           "poke_socket", "new_segment_name", "spin_until", "yield_until", "CAPACITY", "SPIN_S", "STRONG_ORDER"]
 
 STRONG_ORDER = platform.machine().lower() in ("x86_64", "amd64")
 CAPACITY = 4 << 20          # bytes of data per ring (a power of two); 4 KiB of counters come first
@@ -276,6 +282,19 @@ def segment_path(name: str) -> str:
     return os.path.join(SHM_DIR, name)
 
 
+_swept = False
+
+
+def new_segment_name(kind: str) -> str:
+    """A fresh segment name, ``flowlab-<owner tag>-<kind><random>``; the first call of a process
+    also sweeps what dead processes left in :data:`SHM_DIR` (see :mod:`..leftovers`)."""
+    global _swept
+    if not _swept:
+        _swept = True
+        leftovers.sweep_segments(SHM_DIR)
+    return f"flowlab-{leftovers.owner_tag()}-{kind}{secrets.token_hex(6)}"
+
+
 def map_segment(path: str, size: int | None = None) -> mmap.mmap:
     """Map a shared segment read-write: a new one of ``size`` bytes (mode 0600, and it must not
     exist yet: removed again if sizing or mapping fails), or, with ``size`` None, an existing one
@@ -292,6 +311,7 @@ def map_segment(path: str, size: int | None = None) -> mmap.mmap:
         finally:
             os.close(fd)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    leftovers.own(path)       # unlinked at this process's exit unless it is unlinked before
     try:
         os.ftruncate(fd, size)
         try:
@@ -321,6 +341,7 @@ def _no_room(path: str, size: int) -> NoSharedMemory:
 
 
 def _unlink(path):
+    leftovers.disown(path)
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -518,7 +539,7 @@ class Inbound(_Ring):
     sender's Waker) is poked when space frees up while the sender waits for it."""
 
     def __init__(self, src: int, tx: socket.socket, capacity: int = CAPACITY, owner: str = ""):
-        super().__init__(f"flowlab-{os.getpid()}-{secrets.token_hex(8)}", create=True, capacity=capacity)
+        super().__init__(new_segment_name("r"), create=True, capacity=capacity)
         self.src, self.tx, self.owner = src, tx, owner
         self.producer = None        # the producer's Waker, poked when space frees up while it waits
         self.tail = 0
