@@ -30,7 +30,7 @@ _HOME = {
     "LocalCluster": ".local", "latest_cluster": ".local", "Client": ".client", "RemoteTensor": ".remote",
     "ClusterError": ".errors", "WorkerDiedError": ".errors", "WorkerUnresponsiveError": ".errors",
     "RemoteError": ".errors", "ClusterTimeoutError": ".errors", "ProtocolError": ".errors",
-    "WorkerBusyError": ".errors", "Interrupted": ".errors",
+    "WorkerBusyError": ".errors", "Interrupted": ".errors", "WorkerPausedError": ".errors",
     "InprocTransport": ".inproc",
     **{name: ".collectives" for name in (
         "allreduce", "broadcast", "allgather", "reduce_scatter", "barrier", "LocalGroup", "CollectiveError",

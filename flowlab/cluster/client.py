@@ -33,7 +33,8 @@ import threading
 import time
 
 from . import events as _events
-from .errors import ClusterError, ClusterTimeoutError, Interrupted, ProtocolError, WorkerBusyError, remote_error
+from .errors import (ClusterError, ClusterTimeoutError, Interrupted, ProtocolError, WorkerBusyError, describe_exit,
+                     remote_error)
 from .protocol import Signer, Verifier, dumps, loads, new_id
 from .spec import ClusterSpec, parse_task, task_name
 
@@ -52,10 +53,11 @@ _monotonic = time.monotonic
 class Pending:
     """A request sent and not yet answered: ``task`` and ``seq`` (the reply's ``re``); ``error``:
     how it failed, once a stopped call has sorted it (see ``Client._stop``)."""
-    __slots__ = ("task", "seq", "type", "sent", "error")
+    __slots__ = ("task", "seq", "type", "sent", "error", "what")
 
     def __init__(self, task, seq, type, sent):
         self.task, self.seq, self.type, self.sent = task, seq, type, sent   # ``error``: set only when sorted
+        self.what = None    # what it runs there, for error reports (a function's name), where known
 
     def __repr__(self):
         return f"<Pending {self.type} to {self.task} seq={self.seq}>"
@@ -71,6 +73,23 @@ class _Peer:
 
     def __repr__(self):
         return f"<peer {self.task} at {self.address} over {getattr(self.conn, 'lane', '?')}>"
+
+
+def root_cause_table(rows) -> str:
+    """Plain text for a notebook: one aligned line per task, the first failure first, then the
+    last lines of the log of each task that failed (``rows``: dicts with task, pid, state, exit,
+    doing, log)."""
+    head = ("#", "task", "pid", "state", "exit / error", "running")
+    cells = [head] + [(str(i + 1), r["task"], str(r["pid"] or "-"), r["state"], r["exit"], r["doing"])
+                      for i, r in enumerate(rows)]
+    widths = [max(len(c[k]) for c in cells) for k in range(len(head))]
+    lines = ["root cause (first failure first):"]
+    lines += ["  " + "  ".join(c[k].ljust(widths[k]) for k in range(len(head))).rstrip() for c in cells]
+    for r in rows:
+        if r.get("log"):
+            lines.append(f"  last lines of {r['task']}'s log:")
+            lines += ["    | " + ln[:200] for ln in r["log"].splitlines()]
+    return "\n".join(lines)
 
 
 def _checker(health, task):
@@ -107,6 +126,7 @@ class Client:
         self._lock = threading.Lock()
         self.dropped = 0
         self.stop_hint = None       # stop_hint(task) -> how a user ends that task's process, e.g. "cluster.restart(1)"
+        self.describe = None        # describe(task) -> {"pid", "status", "exit", "log_path"}: root-cause table rows
         self._busy: dict = {}       # task -> (Pending, when): interrupted work that did not stop
 
     @classmethod
@@ -135,7 +155,14 @@ class Client:
             peer = _Peer(task, address, conn, server_id, pid)
             self._peers[task] = peer
         if server_id is None:
-            reply = self.request(task, "hello", timeout=timeout)
+            try:
+                reply = self.request(task, "hello", timeout=timeout)
+            except BaseException:   # no half-made peer whose requests nobody would accept: the next add tries again
+                with self._lock:
+                    if self._peers.get(task) is peer:
+                        del self._peers[task]
+                conn.close()
+                raise
             peer.server_id, peer.pid = reply.body["id"], reply.body["pid"]
 
     def remove(self, task) -> None:
@@ -192,7 +219,8 @@ class Client:
         if msg is None:                        # not within the first slice: the full wait
             return self.results([pending], timeout)[0]
         if not msg.body.get("ok"):
-            raise self._remote_error(self._peers.get(pending.task), msg.body.get("error") or {})
+            raise self._failed(self._remote_error(self._peers.get(pending.task), msg.body.get("error") or {}),
+                               pending, [])
         return msg
 
     def results(self, pendings, timeout: float | None = DEFAULT_TIMEOUT) -> list:
@@ -289,7 +317,7 @@ class Client:
         ``cancelled``/``still_running`` attributes do), so nothing runs on behind the error."""
         others = [p for p in others if p.type in _QUEUED]
         if not others:
-            return error
+            return self._root_cause(error, failed, None)
         outcome = self._stop(others)
         tasks = ([failed.task] if failed is not None else []) + [p.task for p in others]
         note = self._resync(tasks, outcome)
@@ -311,7 +339,68 @@ class Client:
         error.args = (first + "\n  " + head + "".join("\n    " + ln for ln in lines) + sep + rest,)
         error.cancelled = [p.task for p in outcome["cancelled"]]
         error.still_running = [p.task for p in outcome["running"]]
+        return self._root_cause(error, failed, outcome)
+
+    def _root_cause(self, error, failed, outcome):
+        """``error`` with its text ending in the root-cause table (see :func:`root_cause_table`),
+        when this client can describe its tasks (a LocalCluster's); its ``root_cause`` attribute
+        holds the rows."""
+        if self.describe is None or getattr(error, "root_cause", None) is not None:
+            return error
+        rows = []
+        if failed is not None:
+            rows.append(self._row(failed.task, failed, error))
+        elif getattr(error, "task", None):    # a deadline: the request it names, where it is known
+            mine = next((p for ps in (outcome or {}).values() for p in ps if p.task == error.task), None)
+            rows.append(self._row(error.task, mine, error))
+        for state in ("failed", "gone", "running", "cancelled", "finished") if outcome else ():
+            for p in outcome[state]:
+                if not any(r["task"] == p.task for r in rows):
+                    rows.append(self._row(p.task, p, p.error if state in ("failed", "gone") else state))
+        if not rows:
+            return error
+        try:
+            table = root_cause_table(rows)
+        except Exception:   # noqa: BLE001 - a report that cannot be made must not hide the error
+            return error
+        text = str(error)
+        tail = getattr(error, "log_tail", None)
+        if tail:     # the table shows the log's last lines: drop the longer copy from the message
+            from .errors import _indent
+            text = text.replace("\nlast lines of its log:\n" + _indent(tail), "", 1)
+        error.args = (text + "\n" + table,)
+        error.root_cause = rows
         return error
+
+    def _row(self, task, pending, error) -> dict:
+        from .errors import RemoteError, WorkerDiedError, WorkerPausedError, WorkerUnresponsiveError
+        from .liveness import log_tail
+
+        info = (self.describe(task) if self.describe is not None else None) or {}
+        peer = self._peers.get(task)
+        pid = info.get("pid") or (peer.pid if peer else None)
+        if isinstance(error, str):
+            state, how = {"running": "still running"}.get(error, error), "-"
+        elif isinstance(error, WorkerPausedError):
+            state, how = "paused", "SIGSTOP"
+        elif isinstance(error, WorkerUnresponsiveError):
+            state, how = "unresponsive", "no heartbeat"
+        elif isinstance(error, WorkerDiedError):
+            state, how = "dead", describe_exit(error.exitcode, error.signal)
+        elif isinstance(error, RemoteError):
+            state, how = "raised", error.remote_type
+        elif isinstance(error, ClusterTimeoutError):
+            state, how = "no answer", "deadline passed"
+        else:
+            state, how = "failed", type(error).__name__
+        if pending is not None:
+            doing = f"{pending.type} {pending.what}" if pending.what else pending.type
+        else:
+            doing = "-"
+        log = None
+        if state in ("dead", "paused", "unresponsive", "raised", "no answer"):
+            log = log_tail(info.get("log_path"), 4)
+        return {"task": task, "pid": pid, "state": state, "exit": how, "doing": doing, "log": log}
 
     def _stop(self, waiting) -> dict:
         """Send each of ``waiting`` a cancel, wait up to CANCEL_WAIT s for their replies, and sort

@@ -19,7 +19,8 @@ from __future__ import annotations
 import signal as _signal
 
 __all__ = ["ClusterError", "WorkerDiedError", "WorkerUnresponsiveError", "RemoteError",
-           "ClusterTimeoutError", "ProtocolError", "WorkerBusyError", "Interrupted", "describe_exit"]
+           "ClusterTimeoutError", "ProtocolError", "WorkerPausedError", "WorkerBusyError", "Interrupted",
+           "describe_exit"]
 
 
 class ClusterError(RuntimeError):
@@ -58,6 +59,20 @@ class WorkerUnresponsiveError(ClusterError):
         how = f"; if it stays silent, {restart} ends it and starts a new one" if restart else ""
         super().__init__(f"{task}{_pid(pid)} stopped answering{what}: no heartbeat for {silent_for:.1f} s{st}{how}",
                          task, pid, log_tail)
+
+
+class WorkerPausedError(WorkerUnresponsiveError):
+    """The task was paused on purpose (``cluster.pause``, SIGSTOP) ``paused_for`` seconds ago and
+    answers nothing until it is resumed; ``restart`` here holds the call that resumes it."""
+
+    def __init__(self, task, pid=None, paused_for=0.0, state=None, log_tail=None, doing=None, resume=None):
+        self.silent_for = self.paused_for = paused_for
+        self.state, self.restart = state, resume
+        what = f" while {doing}" if doing else ""
+        st = f"; process state {state}" if state else ""
+        how = f"; {resume} wakes it" if resume else ""
+        ClusterError.__init__(self, f"{task}{_pid(pid)} is paused{what}: stopped (SIGSTOP) {paused_for:.1f} s ago by "
+                              f"fault injection, so it answers nothing{st}{how}", task, pid, log_tail)
 
 
 class ClusterTimeoutError(ClusterError, TimeoutError):

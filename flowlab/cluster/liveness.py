@@ -22,7 +22,8 @@ import os
 import threading
 import time
 
-from .errors import ClusterTimeoutError, ProtocolError, WorkerDiedError, WorkerUnresponsiveError
+from .errors import (ClusterTimeoutError, ProtocolError, WorkerDiedError, WorkerPausedError,
+                     WorkerUnresponsiveError, describe_exit)
 from .protocol import Signer, Verifier, new_id
 from .unix import remove_if_dead
 
@@ -93,7 +94,7 @@ class Heartbeat:
 class TaskState:
     """What the monitor knows about one task."""
     __slots__ = ("task", "proc", "log_path", "pid", "address", "server_id", "ready", "last_seen",
-                 "exitcode", "status", "info")
+                 "exitcode", "status", "info", "paused")
 
     def __init__(self, task, proc=None, log_path=None):
         self.task, self.proc, self.log_path = task, proc, log_path
@@ -102,11 +103,12 @@ class TaskState:
         self.ready = threading.Event()
         self.last_seen = None
         self.exitcode = None
-        self.status = "starting"      # starting, alive, unresponsive, dead, closed
+        self.status = "starting"      # starting, alive, unresponsive, paused, dead, closed
         self.info: dict = {}
+        self.paused = None            # when paused on purpose (Monitor.pause): (since, how to resume)
 
     def snapshot(self) -> dict:
-        return {"task": self.task, "status": self.status, "alive": self.status in ("alive", "unresponsive"),
+        return {"task": self.task, "status": self.status, "alive": self.status in ("alive", "unresponsive", "paused"),
                 "pid": self.pid, "address": self.address, "exitcode": self.exitcode}
 
 
@@ -128,6 +130,7 @@ class Monitor:
         self._stop = threading.Event()
         self.dropped = 0
         self.restart_hint = None    # restart_hint(task) -> the call that restarts it ("cluster.restart(1)")
+        self.on_dead = None         # on_dead(monitor, state), in this thread, once per task seen dead
         self._thread = threading.Thread(target=self._run, name="flowlab-monitor", daemon=True)
         self._thread.start()
 
@@ -150,6 +153,34 @@ class Monitor:
     def state(self, task: str) -> TaskState | None:
         return self._tasks.get(task)
 
+    def pause(self, task: str, hint: str | None = None) -> None:
+        """``task`` was stopped on purpose (SIGSTOP): report it as ``paused``, not unresponsive or
+        dead, until :meth:`resume`. ``hint``: the call that wakes it (``cluster.resume(1)``)."""
+        with self._changed:
+            state = self._tasks.get(task)
+            if state is not None and state.status not in ("dead", "closed"):
+                state.paused, state.status = (_monotonic(), hint), "paused"
+                self._changed.notify_all()
+
+    def resume(self, task: str) -> None:
+        """``task`` was woken (SIGCONT): alive again, its silence counted from now."""
+        with self._changed:
+            state = self._tasks.get(task)
+            if state is not None and state.paused is not None:
+                state.paused = None
+                if state.status == "paused":
+                    state.status, state.last_seen = ("alive" if state.ready.is_set() else "starting"), _monotonic()
+                self._changed.notify_all()
+
+    def describe(self, task: str) -> dict | None:
+        """What a root-cause report shows of ``task``: pid, status, how it ended, its log's path."""
+        state = self._tasks.get(task)
+        if state is None:
+            return None
+        code = state.exitcode
+        return {"task": task, "pid": state.pid, "status": state.status, "log_path": state.log_path,
+                "exit": describe_exit(code) if code is not None else None}
+
     def snapshot(self) -> list[dict]:
         with self._lock:
             return [s.snapshot() for s in self._tasks.values()]
@@ -166,6 +197,11 @@ class Monitor:
             return WorkerDiedError(task, state.pid, code if code is None or code >= 0 else None,
                                    -code if code is not None and code < 0 else None,
                                    log_tail(state.log_path), doing, restart)
+        if state.status == "paused":
+            since, hint = state.paused or (_monotonic(), None)
+            return WorkerPausedError(task, state.pid, _monotonic() - since,
+                                     process_state(state.pid) if state.pid else None, log_tail(state.log_path),
+                                     doing, hint)
         if state.status == "unresponsive":
             silent = _monotonic() - state.last_seen if state.last_seen else self.timeout
             return WorkerUnresponsiveError(task, state.pid, silent, process_state(state.pid) if state.pid else None,
@@ -226,13 +262,15 @@ class Monitor:
             state = self._tasks.get(task)
             if state is None or state.status in ("dead", "closed"):
                 return
+            if state.paused is not None and msg.type == "hb":
+                return      # sent before the stop; a paused task stays paused until resumed
             if msg.type == "ready":
                 if state.pid is not None and msg.body.get("pid") != state.pid:
                     return     # a message from an earlier incarnation
                 state.address, state.server_id = msg.body.get("address"), msg.body.get("id")
                 state.info = dict(msg.body)
                 state.ready.set()
-                state.status = "alive"
+                state.status = "alive" if state.paused is None else "paused"
                 self._changed.notify_all()
             elif msg.type == "hb" and state.ready.is_set() and state.status == "unresponsive":
                 state.status = "alive"
@@ -240,7 +278,7 @@ class Monitor:
             state.last_seen = now
 
     def _check(self, now):
-        changed = False
+        changed, died = False, []
         with self._lock:
             states = list(self._tasks.values())
         for s in states:
@@ -251,13 +289,18 @@ class Monitor:
             with self._changed:
                 if code is not None and s.status not in ("dead", "closed"):
                     s.exitcode, s.status, changed = code, "dead", True
+                    died.append(s)
                     if s.address:
                         remove_if_dead(s.address)    # the local-lane socket a killed task left
+                elif s.paused is not None:
+                    continue
                 elif (s.status == "alive" and s.last_seen is not None and now - s.last_seen > self.timeout):
                     s.status, changed = "unresponsive", True
         if changed:
             with self._changed:
                 self._changed.notify_all()
+        for s in died if self.on_dead is not None else ():
+            self.on_dead(self, s)
 
     def close(self) -> None:
         self._stop.set()

@@ -34,7 +34,7 @@ from .liveness import Monitor, log_tail
 from .protocol import dumps, new_key
 from .spec import ClusterSpec, parse_task, task_name
 
-__all__ = ["LocalCluster", "cluster_for_target", "latest_cluster"]
+__all__ = ["LocalCluster", "ScheduledFault", "cluster_for_target", "latest_cluster"]
 
 _by_target: "weakref.WeakValueDictionary[str, LocalCluster]" = weakref.WeakValueDictionary()
 
@@ -120,6 +120,8 @@ class _Resources:
             self.client.close()
         if self.monitor is not None:
             self.monitor.close()
+            if self.monitor.on_dead is not None:
+                self.monitor.on_dead.close()
         if self.tmpdir:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
 
@@ -136,6 +138,52 @@ def _dead_note(t) -> str:
     if t["status"] != "dead":
         return ""
     return f" ({describe_exit(t.get('exitcode'))}; {restart_call(t['task'])} starts it again)"
+
+
+def _fn_name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+class ScheduledFault:
+    """A fault to be done later (:meth:`LocalCluster.schedule_fault`): ``at`` seconds after it was
+    scheduled, ``action`` to ``task``. It holds the cluster weakly (a closed or collected cluster
+    gets nothing). ``done`` once it ran or was cancelled; ``error``: what its action raised."""
+
+    def __init__(self, cluster, at, action, task, args=(), kwargs=None):
+        self.at, self.action, self.task, self.args, self.kwargs = at, action, task, tuple(args), dict(kwargs or {})
+        self.error = None
+        self._cluster = weakref.ref(cluster)
+        self._done = threading.Event()
+        self._timer = threading.Timer(at, self._fire)
+        self._timer.daemon = True
+        self._timer.name = f"flowlab-fault-{action}"
+        self._timer.start()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until it has happened (or was cancelled); True if so."""
+        return self._done.wait(timeout)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+        self._done.set()
+
+    def _fire(self):
+        cluster = self._cluster()
+        try:
+            if cluster is not None and not cluster.closed and not self._done.is_set():
+                getattr(cluster, self.action)(self.task, *self.args, **self.kwargs)
+        except Exception as e:   # noqa: BLE001 - kept for whoever asks (a dead task cannot be paused)
+            self.error = e
+        finally:
+            self._done.set()
+
+    def __repr__(self):
+        state = "done" if self.done else "pending"
+        return f"<ScheduledFault {self.action} {self.task} at +{self.at:g} s ({state})>"
 
 
 def _close_stdin(p):
@@ -179,6 +227,9 @@ class LocalCluster:
         self._tasks = [task_name(j, i) for j, n in self._jobs.items() for i in range(n)]
         self._addresses: dict[str, str] = res.addresses
         self._lock = threading.RLock()
+        self._faults_set: dict = {}     # task -> the faults it reported set (inject)
+        self._scheduled: list = []      # ScheduledFault handles
+        self._fault_since = float("-inf")   # events(clear=True) hides this cluster's older fault events
         self.closed = False
         try:
             from .leftovers import folder_prefix   # flowlab-cluster-<owner>-: swept once the owner is gone
@@ -188,6 +239,9 @@ class LocalCluster:
             # cluster nobody holds any more is collected (and its workers ended) by the finalizer
             res.client = Client(self._key, transport=self._transport, health=res.monitor.problem)
             res.monitor.restart_hint = res.client.stop_hint = restart_call   # plain functions: no reference back
+            res.client.describe = res.monitor.describe      # rows of the root-cause table
+            from .collectives._gone import Teller     # the survivors' collectives fail at once
+            res.monitor.on_dead = Teller(self._transport, self._key)
             for i, task in enumerate(self._tasks):
                 self._spawn(task, None if port is None else port + i)
             res.monitor.wait_ready(self._tasks, start_timeout)
@@ -241,7 +295,7 @@ class LocalCluster:
         return p.pid if p is not None else None
 
     def status(self, task) -> str:
-        """``alive``, ``unresponsive``, ``dead``, ``starting`` or ``closed``."""
+        """``alive``, ``unresponsive``, ``paused`` (by :meth:`pause`), ``dead``, ``starting`` or ``closed``."""
         state = self._res.monitor.state(self._name(task)) if self._res.monitor else None
         return "closed" if self.closed or state is None else state.status
 
@@ -256,9 +310,9 @@ class LocalCluster:
         for task in self._tasks:
             s = states.get(task, {})
             status = "closed" if self.closed else s.get("status", "starting")
-            tasks.append({"task": task, "status": status, "alive": status in ("alive", "unresponsive"),
+            tasks.append({"task": task, "status": status, "alive": status in ("alive", "unresponsive", "paused"),
                           "pid": self.pid(task), "address": self._addresses.get(task),
-                          "exitcode": s.get("exitcode")})
+                          "exitcode": s.get("exitcode"), "faults": self._faults_set.get(task)})
         return {"closed": self.closed, "target": self._target_or_none(), "tasks": tasks}
 
     # -- running code --------------------------------------------------------------------------------
@@ -271,14 +325,18 @@ class LocalCluster:
         client = self._res.client
         code, payload = dumps(fn), dumps((args, kwargs))
         pending = [client.submit(t, "run", None, [code, payload]) for t in self.workers]
+        what = _fn_name(fn)
+        for p in pending:
+            p.what = what
         return client.gather(pending, timeout)
 
     def call(self, task, fn, *args, timeout: float | None = None, **kwargs):
         """Run ``fn(*args, **kwargs)`` on one task and return its result."""
         self._check_open()
         client = self._res.client
-        return client.gather([client.submit(self._name(task), "run", None, [dumps(fn), dumps((args, kwargs))])],
-                             timeout)[0]
+        pending = client.submit(self._name(task), "run", None, [dumps(fn), dumps((args, kwargs))])
+        pending.what = _fn_name(fn)
+        return client.gather([pending], timeout)[0]
 
     def events(self, clear: bool = False) -> list:
         """Every task's event log (sends, receives, ops), merged and ordered by start time."""
@@ -288,17 +346,143 @@ class LocalCluster:
         live = [t for t in self._tasks if self.status(t) == "alive"]
         replies = self._res.client.request_all(live, "events", {"clear": clear}, timeout=30.0)
         evs = [Event.from_dict(d) for r in replies for d in r.body["events"]]
+        evs += self._fault_events(clear)     # kills, pauses, ... done from here
         return sorted(evs, key=lambda e: e.start)
 
     # -- faults, for teaching ----------------------------------------------------------------------
     def kill(self, task, sig: int = _signal.SIGKILL) -> None:
         """Send ``sig`` (default SIGKILL) to a task's process: ``kill(1)`` kills worker 1.
-        ``signal.SIGSTOP`` freezes it instead (``SIGCONT`` wakes it)."""
+        ``signal.SIGSTOP`` freezes it instead (``SIGCONT`` wakes it); :meth:`pause` does the same
+        and has the cluster show it as ``paused``."""
         name = self._name(task)
         proc = self._res.procs.get(name)
         if proc is None or proc.poll() is not None:
             return
         proc.send_signal(sig)
+        try:
+            signame = _signal.Signals(sig).name
+        except ValueError:
+            signame = str(sig)
+        self._fault_event("kill", name, signal=signame)
+
+    def pause(self, task) -> None:
+        """Freeze a task's process (SIGSTOP): it answers nothing, and calls that wait on it fail at
+        once with WorkerPausedError naming it; its status is ``paused`` (never ``dead``) until
+        :meth:`resume`."""
+        name = self._name(task)
+        proc = self._res.procs.get(name)
+        if proc is None or proc.poll() is not None:
+            raise ClusterError(f"{name} is not running, so it cannot be paused ({self.status(name)})", name)
+        self._res.monitor.pause(name, restart_call(name).replace("restart", "resume"))
+        proc.send_signal(_signal.SIGSTOP)
+        self._fault_event("pause", name)
+
+    def resume(self, task) -> None:
+        """Wake a task paused by :meth:`pause` (SIGCONT); it answers again."""
+        name = self._name(task)
+        proc = self._res.procs.get(name)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(_signal.SIGCONT)
+        self._res.monitor.resume(name)
+        self._fault_event("resume", name)
+
+    def delay(self, task, ms: float, *, timeout: float = 10.0) -> dict:
+        """Delay every message ``task`` handles by ``ms`` milliseconds (0 removes the delay)."""
+        return self.inject(task, delay_ms=ms, timeout=timeout)
+
+    def drop(self, task, fraction: float, *, seed=None, timeout: float = 10.0) -> dict:
+        """Drop ``fraction`` (0..1) of the messages ``task`` receives and of the replies it sends,
+        chosen by ``random.Random(seed)``; calls that lose one time out. 0 stops dropping."""
+        return self.inject(task, drop=fraction, seed=seed, timeout=timeout)
+
+    def corrupt(self, task, fraction: float, *, seed=None, timeout: float = 10.0) -> dict:
+        """Flip a byte in ``fraction`` of the messages ``task`` receives and of the replies it sends:
+        the receiver's signature check rejects them (its ``stats["dropped"]`` counts them)."""
+        return self.inject(task, corrupt=fraction, seed=seed, timeout=timeout)
+
+    def inject(self, task, *, delay_ms=None, drop=None, corrupt=None, seed=None, timeout: float = 10.0) -> dict:
+        """Set several of a task's faults at once (those left None keep their value); see
+        :mod:`flowlab.cluster.faults`. Returns what the task has set now."""
+        from .faults import Faults
+
+        self._check_open()
+        name = self._name(task)
+        Faults(delay_ms or 0.0, drop or 0.0, corrupt or 0.0)     # bad values raise here, naming them
+        body = {k: v for k, v in (("delay_ms", delay_ms), ("drop", drop), ("corrupt", corrupt)) if v is not None}
+        if seed is not None:
+            body["seed"] = seed
+        state = self._res.client.request(name, "fault", body, timeout=timeout).body["faults"]
+        if any(state.get(k) for k in ("delay_ms", "drop", "corrupt")):
+            self._faults_set[name] = state
+        else:
+            self._faults_set.pop(name, None)
+        self._fault_event("inject", name, **body)
+        return state
+
+    def faults(self) -> dict:
+        """The faults in force, by task: injected ones (``delay_ms``, ``drop``, ``corrupt``),
+        ``paused``, and the scheduled ones not yet done (``scheduled``)."""
+        out = {t: dict(f) for t, f in self._faults_set.items()}
+        for t in self._tasks:
+            if self.status(t) == "paused":
+                out.setdefault(t, {})["paused"] = True
+        pending = [s for s in self._scheduled if not s.done]
+        if pending:
+            out["scheduled"] = [(s.at, s.action, s.task) for s in pending]
+        return out
+
+    def clear_faults(self, timeout: float = 10.0) -> None:
+        """Remove every fault: cancel the scheduled ones, resume paused tasks, clear injected
+        delays, drops and corruption (dead tasks stay dead: :meth:`restart` them)."""
+        for s in self._scheduled:
+            s.cancel()
+        self._scheduled.clear()
+        for t in self._tasks:
+            if self.status(t) == "paused":
+                self.resume(t)
+        live = [t for t in self._tasks if self.status(t) == "alive"]
+        if live and not self.closed:
+            self._res.client.request_all(live, "fault", {"clear": True}, timeout=timeout)
+        for t, f in self._faults_set.items():
+            if f.get("drop") or f.get("corrupt"):
+                # a call stopped while messages were lost could not confirm its cancel, so its task
+                # was marked busy; the request itself was most likely lost: let the next call try
+                self._res.client._busy.pop(t, None)
+        self._faults_set.clear()
+        self._fault_event("clear", None)
+
+    def schedule_fault(self, after_s: float, action: str, task, *args, **kwargs) -> "ScheduledFault":
+        """Do ``action`` (``"kill"``, ``"pause"``, ``"resume"``, ``"restart"``, ``"delay"``, ``"drop"``,
+        ``"corrupt"``) to ``task`` ``after_s`` seconds from now, with ``args``: e.g.
+        ``schedule_fault(2.0, "kill", 1)``. Returns a handle with ``cancel()``, ``wait(timeout)``,
+        ``done`` and ``error``; :meth:`clear_faults` and :meth:`close` cancel what has not happened."""
+        from .faults import ACTIONS
+
+        if action not in ACTIONS or action == "clear":
+            raise ValueError(f"unknown fault {action!r}; schedule one of {[a for a in ACTIONS if a != 'clear']}")
+        self._check_open()
+        item = ScheduledFault(self, float(after_s), action, self._name(task), args, kwargs)
+        self._scheduled.append(item)
+        return item
+
+    def schedule_faults(self, plan) -> list:
+        """Schedule every ``(after_s, action, task)`` of ``plan`` (e.g. :func:`faults.random_plan`
+        with a seed, so a run can be repeated exactly); the handles, in order."""
+        return [self.schedule_fault(at, action, task, *rest) for at, action, task, *rest in plan]
+
+    def _fault_event(self, action, task, **attrs):
+        from .events import now
+
+        t = now()
+        self._res.client.log.record("fault", action, t, t, task=task, rank=parse_task(task)[1] if task else None,
+                                    cluster=id(self), **attrs)
+
+    def _fault_events(self, clear=False) -> list:
+        log = self._res.client.log
+        evs = [e for e in log.events(kind="fault") if e.attrs and e.attrs.get("cluster") == id(self)]
+        if clear:
+            self._fault_since = max([self._fault_since] + [e.end for e in evs])
+        return [e for e in evs if e.end > self._fault_since]
 
     def restart(self, task) -> None:
         """End a task's process (if it still runs) and start a new one on the same port when that
@@ -315,6 +499,7 @@ class LocalCluster:
                 if log is not None:
                     log.close()
             self._res.client.remove(name)
+            self._faults_set.pop(name, None)
             self._regroup(name)
             port = int(self._addresses[name].rpartition(":")[2]) if name in self._addresses else 0
             self._spawn(name, port, tries=1 if port else None, fallback=True)
@@ -327,6 +512,8 @@ class LocalCluster:
         if self.closed:
             return
         self.closed = True
+        for s in self._scheduled:
+            s.cancel()
         if _by_target.get(self._target_or_none()) is self:
             del _by_target[self._target_or_none()]
         self._finalizer()
@@ -357,8 +544,8 @@ class LocalCluster:
         import html
 
         snap = self.snapshot()
-        colour = {"alive": "#2e7d32", "unresponsive": "#f9a825", "dead": "#c62828", "starting": "#616161",
-                  "closed": "#616161"}
+        colour = {"alive": "#2e7d32", "unresponsive": "#f9a825", "paused": "#1565c0", "dead": "#c62828",
+                  "starting": "#616161", "closed": "#616161"}
         rows = "".join(
             f"<tr><td><code>{html.escape(t['task'])}</code></td>"
             f"<td style='color:{colour.get(t['status'], '#000')}'>&#9679; {t['status']}"

@@ -15,8 +15,10 @@ one with :meth:`Server.register`:
   queued or running (so messages of one client never overtake each other), else on the exec thread.
 
 Built-in types: ``hello``, ``ping``, ``spec``, ``run``, ``put``, ``get``, ``delete``, ``push``,
-``events``, ``stats``, ``shutdown``, ``cancel``, ``coll-sync`` (the task's collective state, which a
-client brings back in step after it stopped a call on several tasks).
+``events``, ``stats``, ``shutdown``, ``cancel``, ``fault`` (injected faults, :mod:`.faults`),
+``coll-sync`` (the task's collective state, which a client brings back in step after it stopped a
+call on several tasks), ``task-gone`` (one-way: the liveness monitor's notice that another task of
+the job died, read by the collectives, :mod:`.collectives._gone`).
 
 ``cancel`` (inline) stops a request of the same client on the exec thread: one still queued is
 answered with a KeyboardInterrupt error and never runs; the one running gets a KeyboardInterrupt
@@ -194,6 +196,7 @@ class Server:
         self._stopping = False
         self._done = threading.Event()
         self._peers = None          # a Client to other tasks, made on first use
+        self._faults = None         # injected faults (faults.Faults), set by a ``fault`` message
         self._code_cache: dict = {}
         if start:
             self.start()
@@ -298,6 +301,8 @@ class Server:
             except ProtocolError as e:
                 self._drop(e, frames)
                 continue
+            if self._faults is not None and msg.type != "fault" and not self._fault_in(msg, frames):
+                continue
             stats["messages"] += 1
             if msg.nbytes:
                 stats["bytes_in"] += msg.nbytes
@@ -345,12 +350,16 @@ class Server:
         except BaseException as e:   # noqa: B036 - reported to the caller, the loop goes on
             if isinstance(e, SystemExit):
                 self._stopping = True
-            send(peer, self._signer.pack("reply", msg.sender, {"re": msg.seq, "ok": False, "error": error_info(e)}))
-            return
-        try:
-            frames = self._signer.reply(msg.sender, msg.seq, body, bufs)
-        except Exception as e:   # an unsendable result (a dtype we do not ship, ...)
             frames = self._signer.pack("reply", msg.sender, {"re": msg.seq, "ok": False, "error": error_info(e)})
+        else:
+            try:
+                frames = self._signer.reply(msg.sender, msg.seq, body, bufs)
+            except Exception as e:   # an unsendable result (a dtype we do not ship, ...)
+                frames = self._signer.pack("reply", msg.sender, {"re": msg.seq, "ok": False, "error": error_info(e)})
+        if self._faults is not None and msg.type != "fault":
+            frames = self._fault_out(msg, frames)
+            if frames is None:
+                return
         send(peer, frames)
 
     def _oneway(self, msg, fn):
@@ -426,6 +435,43 @@ class Server:
             import ctypes
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt))
         return "running"
+
+    def _fault_in(self, msg, frames) -> bool:
+        """Apply the injected faults to a received message: wait, then drop it or corrupt it (the
+        signature check rejects the corrupted copy); True when it is to be handled."""
+        from .faults import flip_byte
+
+        faults = self._faults
+        faults.wait()
+        hit = faults.roll()
+        if hit is None:
+            return True
+        now = _events.now()
+        if hit == "drop":
+            self.log.record("fault", "dropped", now, now, task=self.name, rank=self.task_index, type=msg.type,
+                            peer=msg.sender, direction="in")
+            return False
+        try:
+            self._verifier.unpack(flip_byte(frames, faults.rng))
+        except ProtocolError as e:
+            self.log.record("fault", "corrupted", now, now, task=self.name, rank=self.task_index, type=msg.type,
+                            peer=msg.sender, direction="in")
+            self._drop(e, frames)
+            return False
+        return True   # never: a flipped byte in a signed frame fails the check
+
+    def _fault_out(self, msg, frames):
+        """Apply the injected faults to a reply: None (dropped), a corrupted copy, or ``frames``."""
+        from .faults import flip_byte
+
+        faults = self._faults
+        hit = faults.roll()
+        if hit is None:
+            return frames
+        now = _events.now()
+        self.log.record("fault", "dropped" if hit == "drop" else "corrupted", now, now, task=self.name,
+                        rank=self.task_index, type="reply", peer=msg.sender, direction="out")
+        return None if hit == "drop" else flip_byte(frames, faults.rng)
 
     def _drop(self, error, frames):
         n = self.stats["dropped"] = self.stats["dropped"] + 1
@@ -573,7 +619,7 @@ def _push(server, msg):
     if to not in peers:
         if server.spec is None:
             raise ClusterError(f"{server.name} does not know the cluster yet, so cannot reach {to}")
-        peers.add(to, server.spec.address_of(to))
+        peers.add(to, server.spec.address_of(to), timeout=min(10.0, body.get("timeout", 120.0)))
     bufs = _buffers_of(value)
     nbytes = sum(getattr(b, "nbytes", None) or len(b) for b in bufs)
     start = _events.now()
@@ -595,7 +641,16 @@ def _events_handler(server, msg):
 
 @handler("stats")
 def _stats(server, msg):
-    return {"task": server.name, "pid": server.pid, **server.stats, "stored": len(server.store)}
+    faults = server._faults.describe() if server._faults is not None else None
+    return {"task": server.name, "pid": server.pid, **server.stats, "stored": len(server.store), "faults": faults}
+
+
+@handler("fault")
+def _fault(server, msg):
+    """Set or clear this task's injected faults (:mod:`.faults`): body ``delay_ms``, ``drop``,
+    ``corrupt``, ``seed``, or ``clear``. Never itself delayed, dropped or corrupted."""
+    from .faults import control
+    return control(server, msg.body)
 
 
 @handler("shutdown")
@@ -618,6 +673,14 @@ def _coll_sync(server, msg):
     if mod is None:
         return {}
     return mod.sync(server, msg.body.get("to"), bool(msg.body.get("close")))
+
+
+@handler("task-gone", reply=False)
+def _task_gone(server, msg):
+    """The cluster's monitor says another task died: kept for this task's collectives, which then
+    fail at once naming it (``flowlab.cluster.collectives._gone``)."""
+    from .collectives._gone import note
+    note(server, msg.body)
 
 
 from . import task_exec as _task_exec  # noqa: E402,F401 - its handlers (op, fetch, partition, ...) serve every task

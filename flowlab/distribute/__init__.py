@@ -9,6 +9,8 @@ TensorFlow's other names are here too: the cross-device-ops classes (``NcclAllRe
 :mod:`.cluster_resolver` (``TFConfigClusterResolver``, ``SimpleClusterResolver``),
 :mod:`.experimental` (``CommunicationOptions``, ``CommunicationImplementation``, the strategy
 aliases); ``TPUStrategy`` raises an error that says what to use instead.
+``run_with_recovery`` runs a training function on every worker of a LocalCluster and restarts a
+worker that dies, then runs the function again (it resumes from its ``BackupAndRestore`` backup).
 
 >>> import flowlab as fl
 >>> from flowlab import distribute
@@ -23,6 +25,7 @@ from .input import DistributedDataset, DistributedDatasetFromFunction, InputCont
 from .mirrored import CentralStorageStrategy, MirroredStrategy  # noqa: F401
 from .multi_worker import MultiWorkerMirroredStrategy  # noqa: F401
 from .parameter_server import ClusterCoordinator, ParameterServerStrategy, RemoteValue  # noqa: F401
+from ._recovery import RecoveredResults, RecoveryError, Restart, run_with_recovery  # noqa: F401
 from .reduce_op import ReduceOp  # noqa: F401
 from .strategy import (ReplicaContext, Strategy, compute_average_loss, get_replica_context,  # noqa: F401
                        get_strategy, has_strategy, in_cross_replica_context)
@@ -34,4 +37,5 @@ __all__ = ["Strategy", "MirroredStrategy", "CentralStorageStrategy", "MultiWorke
            "InputContext", "DistributedDataset", "DistributedDatasetFromFunction", "PerReplica", "ReplicaContext",
            "get_strategy", "has_strategy", "get_replica_context", "in_cross_replica_context",
            "compute_average_loss", "CrossDeviceOps", "NcclAllReduce", "HierarchicalCopyAllReduce",
-           "ReductionToOneDevice", "TPUStrategy", "cluster_resolver", "experimental"]
+           "ReductionToOneDevice", "TPUStrategy", "cluster_resolver", "experimental",
+           "run_with_recovery", "Restart", "RecoveryError", "RecoveredResults"]

@@ -28,10 +28,17 @@ and a :class:`ClusterCoordinator` in this process schedules steps on the workers
   way (``fit_coordinator()``; see ``ScheduledStep`` in flowlab/nn/keras/_distributed.py), with at
   most one step per worker in flight, and pulls the weights at the end of each epoch; evaluate
   and predict run here, on the pulled weights. A metric's variables stay in this process.
+- A worker that dies while it runs a step loses no step: when the step's result is fetched, the
+  coordinator schedules it again on a live worker (``rescheduled`` counts these; a warning on the
+  ``flowlab.distribute`` logger names the worker) and gives the dead worker nothing more until
+  ``cluster.restart(i)`` brings it back, when the next ``schedule`` uses it again. ``fit`` goes on
+  the same way. A step runs at least once (one that died after its push is pushed twice); a dead
+  ps task is not recovered from.
 """
 from __future__ import annotations
 
 import itertools
+import logging
 
 import numpy as np
 
@@ -39,6 +46,8 @@ from ..core.tensor import variable_creator_scope
 from .strategy import Strategy, _tls
 
 __all__ = ["ParameterServerStrategy", "ClusterCoordinator", "RemoteValue"]
+
+_log = logging.getLogger("flowlab.distribute")
 
 
 # -- on a ps task (handlers installed by the coordinator) -------------------------------------------
@@ -298,48 +307,103 @@ def _numpy(value):
 class RemoteValue:
     """The result of a scheduled step, once it has run: ``fetch()`` waits for it."""
 
-    def __init__(self, coordinator, pending):
-        self._coordinator, self._pending, self._value, self._done = coordinator, pending, None, False
+    def __init__(self, coordinator, payload):
+        self._coordinator, self._payload = coordinator, payload
+        self._pending, self._value, self._done = None, None, False
 
     def fetch(self, timeout: float | None = None):
         if not self._done:
             self._value = self._coordinator._collect(self, timeout)
             self._done = True
+            self._payload = None
         return self._value
 
 
 class ClusterCoordinator:
-    """Schedules steps on the workers of a ParameterServerStrategy's cluster."""
+    """Schedules steps on the workers of a ParameterServerStrategy's cluster.
+
+    A worker that dies (or stops answering) while it runs a step does not stop training: the
+    step is scheduled again on a surviving worker when its result is fetched (``rescheduled``
+    counts these), and the dead worker gets no new steps until it is alive again
+    (``cluster.restart(i)``), when it is picked up by the next ``schedule``. A step runs at least
+    once: one that died after pushing its gradients is pushed again by its second run."""
 
     def __init__(self, strategy: ParameterServerStrategy):
         self.strategy = strategy
         self._inflight = {w: [] for w in strategy._workers}
+        self._lost: set = set()       # workers that died under a step; given work again once alive
+        self.rescheduled = 0          # steps run again because their worker was lost
 
     def schedule(self, fn, args=(), kwargs=None) -> RemoteValue:
-        """Run ``fn(*args, **kwargs)`` on the least busy worker, asynchronously."""
+        """Run ``fn(*args, **kwargs)`` on the least busy live worker, asynchronously."""
         from ..cluster.protocol import dumps
         s = self.strategy
-        worker = min(self._inflight, key=lambda w: len(self._inflight[w]))
         ids = list(s._variables)
         variables, handles = [s._variables[i] for i in ids], [list(s._handles[i]) for i in ids]
         # one pickle for fn and the variables: the copies fn uses on the worker are those in the list
         payload = dumps(((s, fn, tuple(args), kwargs or {}, variables, handles), {}))
-        pending = s._cluster.client.submit(worker, "run", None, [dumps(_worker_step), payload])
-        value = RemoteValue(self, pending)
-        self._inflight[worker].append(value)
+        value = RemoteValue(self, payload)
+        self._submit(value)
         return value
 
+    def _live(self):
+        if self._lost:                # back in the pool once restarted
+            cluster = self.strategy._cluster
+            self._lost = {w for w in self._lost if cluster.status(w) != "alive"}
+        return [w for w in self._inflight if w not in self._lost]
+
+    def _submit(self, value):
+        from ..cluster.errors import WorkerDiedError, WorkerUnresponsiveError
+        from ..cluster.protocol import dumps
+        client = self.strategy._cluster.client
+        while True:
+            live = self._live()
+            if not live:
+                raise RuntimeError(
+                    f"ClusterCoordinator: no worker is alive to run a step (lost: {', '.join(sorted(self._lost))}); "
+                    f"start one again with cluster.restart(i), then schedule again")
+            worker = min(live, key=lambda w: len(self._inflight[w]))
+            try:
+                value._pending = client.submit(worker, "run", None, [dumps(_worker_step), value._payload])
+            except (WorkerDiedError, WorkerUnresponsiveError):
+                self._lost.add(worker)
+                continue
+            self._inflight[worker].append(value)
+            return
+
     def _collect(self, value, timeout):
+        from ..cluster.errors import WorkerDiedError, WorkerUnresponsiveError
         from ..cluster.protocol import loads
-        msg = self.strategy._cluster.client.results([value._pending], timeout)[0]
-        self._inflight[value._pending.task].remove(value)
-        return loads(msg.buffers[0])
+        client = self.strategy._cluster.client
+        while True:
+            task = value._pending.task
+            try:
+                msg = client.results([value._pending], timeout)[0]
+            except (WorkerDiedError, WorkerUnresponsiveError) as err:
+                self._forget(task, value)
+                if err.task not in (None, task):
+                    raise
+                self._lost.add(task)
+                self.rescheduled += 1
+                _log.warning("ClusterCoordinator: %s; its step runs again on another worker", str(err).splitlines()[0])
+                self._submit(value)
+                continue
+            except BaseException:
+                self._forget(task, value)
+                raise
+            self._forget(task, value)
+            return loads(msg.buffers[0])
+
+    def _forget(self, task, value):
+        if value in self._inflight[task]:
+            self._inflight[task].remove(value)
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for every scheduled step (raising the first error), then pull the variables."""
-        for values in list(self._inflight.values()):
-            for v in list(values):
-                v.fetch(timeout)
+        while not self.done():
+            for values in list(self._inflight.values()):
+                for v in list(values):
+                    v.fetch(timeout)
         self.strategy.pull()
 
     def done(self) -> bool:

@@ -31,6 +31,9 @@ gradients (every rank must then compute gradients through the same collectives).
 """
 from __future__ import annotations
 
+import math
+import time
+
 import numpy as np
 
 from flowlab.core import ops as _ops
@@ -38,7 +41,7 @@ from flowlab.core.dtypes import as_dtype
 from flowlab.core.tensor import Tensor
 
 from . import _autodiff, _buffers, naive, ring, tree
-from ._exchange import Exchange
+from ._exchange import Exchange, comm_state, default_timeout
 from .comm import Communicator, current
 from .reductions import finish, ufunc_for
 
@@ -70,10 +73,11 @@ def allreduce(x, op: str = "sum", algorithm: str = "ring", comm: Communicator | 
             src = target if same else src.copy()  # or overlapping elsewhere: read a copy
         buf = target
     if n > 1:
+        left = timeout if getattr(comm, "formed", True) else _formed(comm, "allreduce", timeout)
         impl = _impl(algorithm, comm)
         if out is None:
             src, buf = _source_and_buffer(arr)
-        with _exchange(comm, "allreduce", algorithm, arr, reduce=op, timeout=timeout) as ex:
+        with _exchange(comm, "allreduce", algorithm, arr, reduce=op, timeout=left) as ex:
             impl.allreduce(ex, buf, _even_bounds(buf.size, n), ufunc, src)
     elif out is None:
         buf = _flat_copy(arr)
@@ -100,8 +104,9 @@ def broadcast(x, root: int = 0, algorithm: str = "ring", comm: Communicator | No
     root = int(root)
     buf = _flat_copy(arr)
     if n > 1:
+        left = timeout if getattr(comm, "formed", True) else _formed(comm, "broadcast", timeout)
         impl = _impl(algorithm, comm)
-        with _exchange(comm, "broadcast", algorithm, arr, root=root, timeout=timeout) as ex:
+        with _exchange(comm, "broadcast", algorithm, arr, root=root, timeout=left) as ex:
             impl.broadcast(ex, buf, root)
     out = wrap(buf.reshape(arr.shape))
     if isinstance(x, Tensor) and _autodiff.recording():
@@ -144,9 +149,10 @@ def reduce_scatter(x, op: str = "sum", algorithm: str = "ring", comm: Communicat
     row_size = int(np.prod(arr.shape[1:], dtype=np.int64))
     bounds = [b * row_size for b in rows]
     if n > 1:
+        left = timeout if getattr(comm, "formed", True) else _formed(comm, "reduce_scatter", timeout)
         impl = _impl(algorithm, comm)
         src, buf = _source_and_buffer(arr)
-        with _exchange(comm, "reduce_scatter", algorithm, arr, reduce=op, timeout=timeout) as ex:
+        with _exchange(comm, "reduce_scatter", algorithm, arr, reduce=op, timeout=left) as ex:
             impl.reduce_scatter(ex, buf, bounds, ufunc, src)
     else:
         buf = _flat_copy(arr)
@@ -174,8 +180,9 @@ def barrier(algorithm: str = "ring", comm: Communicator | None = None, timeout: 
     comm = current() if comm is None else comm
     if comm.size == 1:
         return
+    left = timeout if getattr(comm, "formed", True) else _formed(comm, "barrier", timeout)
     impl = _impl(algorithm, comm)
-    with _exchange(comm, "barrier", algorithm, None, timeout=timeout) as ex:
+    with _exchange(comm, "barrier", algorithm, None, timeout=left) as ex:
         if algorithm == "native":
             impl.barrier(ex)
         else:
@@ -194,8 +201,9 @@ def _allgather(arr, rows_per_rank, algorithm, comm, timeout, sig_shape, name="al
     buf = _buffers.empty(bounds[-1], arr.dtype)
     buf[bounds[r]:bounds[r + 1]] = arr.reshape(-1)
     if n > 1:
+        left = timeout if getattr(comm, "formed", True) else _formed(comm, name, timeout)
         impl = _impl(algorithm, comm)
-        with _exchange(comm, name, algorithm, arr, timeout=timeout, shape=sig_shape) as ex:
+        with _exchange(comm, name, algorithm, arr, timeout=left, shape=sig_shape) as ex:
             impl.allgather(ex, buf, bounds)
     return buf.reshape((sum(rows_per_rank),) + tuple(inner))
 
@@ -215,6 +223,20 @@ def _dtype_name(dtype) -> str:
     if name is None:
         name = _DTYPE_NAMES[dtype] = dtype.name
     return name
+
+
+def _formed(comm, op, timeout):
+    """Form ``comm``'s group first if it has not been (the cluster's transport forms it on first
+    use), within the call's deadline; the seconds left of it (what the call itself may take)."""
+    if timeout is None:
+        timeout = default_timeout()
+    elif not timeout > 0:
+        raise ValueError(f"a timeout must be positive, got {timeout!r}")
+    start = time.monotonic()
+    comm.form(timeout, op, comm_state(comm).seq + 1)
+    if math.isinf(timeout):
+        return timeout
+    return max(timeout - (time.monotonic() - start), 1e-3)
 
 
 def _impl(algorithm, comm):

@@ -42,7 +42,9 @@ Optional: ``flush(deadline)``, called as each collective ends, to wait (until ``
 only while the sender is inside the library (MPI); an attribute ``native`` with the transport's own collectives (MPI's), used by
 ``algorithm="native"``; ``events`` (an :class:`~flowlab.cluster.events.EventLog`) where this
 rank's collective events go instead of the process's default log; ``segment_bytes``, the size
-that large messages are cut into for pipelining.
+that large messages are cut into for pipelining; ``formed`` False with a method
+``form(timeout, op, seq)``, for a transport that connects its group on first use: every
+collective calls it first, within its own deadline (the cluster's transport, :mod:`.zmq`).
 
 Which communicator a collective uses when none is passed: the one made current in this thread
 by :func:`use` (``LocalGroup.run`` does this), else the process default set by
@@ -78,6 +80,7 @@ class Communicator:
 
     rank: int = 0
     size: int = 1
+    formed: bool = True     # False until ``form(timeout, op, seq)`` connected the group (see above)
 
     def send(self, peer: int, header: dict, arrays: Sequence[np.ndarray]) -> None:
         raise NotImplementedError
@@ -157,7 +160,7 @@ def current() -> Communicator:
     srv = _cluster_server()
     if srv is not None:
         from .zmq import for_server
-        comm = for_server(srv)
+        comm = for_server(srv, formed=False)    # the first collective forms it, by its own deadline
         _last_cluster[:] = [srv, srv.spec, comm]
         return comm
     global _world_comm

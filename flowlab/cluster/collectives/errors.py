@@ -4,9 +4,11 @@ Every error here is a :class:`CollectiveError` and carries ``op`` (``"allreduce"
 (the call's sequence number on its communicator: the 1st, 2nd... collective it ran), ``rank``
 (where it was raised) and ``missing`` (the ranks it blames, possibly empty):
 
-- :class:`CollectiveTimeoutError`: the call's deadline passed; ``missing`` are the ranks that sent
-  nothing in time (also a ``TimeoutError``).
-- :class:`PeerLostError`: the transport reported ranks gone (process died, heartbeats stopped).
+- :class:`CollectiveTimeoutError`: the call's deadline passed (forming the group included: the
+  first collective on a cluster connects to its peers within its own deadline); ``missing`` are
+  the ranks that sent nothing in time (also a ``TimeoutError``).
+- :class:`PeerLostError`: the transport reported ranks gone (process died, heartbeats stopped, or
+  the cluster's monitor sent word that the task died: then at once, with its exit code or signal).
 - :class:`CollectiveMismatchError`: ranks called different collectives (name, shape, dtype,
   algorithm or order); ``mine`` and ``theirs`` are the two calls, and the message shows both.
 """

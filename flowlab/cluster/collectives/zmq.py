@@ -27,11 +27,18 @@ Greeting: every rank connects to every peer's server and asks (``coll-hi``, answ
 peer's communicator is in place) with its host identity, pid and wake socket; a peer on the same
 host creates the ring for messages from the asker and names it in its answer, and the asker maps
 it. A pair where that fails for any reason stays on ZeroMQ (``channels`` says which is used).
+The communicator of :func:`.comm.current` is made without its group (``formed`` False): the first
+collective forms it (:meth:`ZmqCommunicator.form`) within its own deadline, so a peer that never
+comes makes it raise :class:`~.errors.CollectiveTimeoutError` naming that rank by the caller's
+``timeout``, and one the cluster's monitor reported dead (:mod:`._gone`) makes it raise
+:class:`~.errors.PeerLostError` at once, naming its pid, how it ended and the restart call.
 
 Liveness: while ``recv`` waits, peers that have said nothing for half a second are pinged through
-their servers; one silent for ``peer_timeout`` seconds (dead, SIGSTOPped, unreachable) counts as
-gone, and so does, at once, a same-host peer whose process has exited or whose communicator was
-closed. ``recv`` then delivers what those peers had sent and raises :class:`PeerGone` naming them.
+their servers; one that answers no ping for ``peer_timeout`` seconds (dead, SIGSTOPped,
+unreachable) counts as gone (a peer merely idle since the last collective answers at once), and so does, at once, a same-host peer whose process has exited or whose communicator was
+closed, and any peer named in a death notice from the cluster's monitor (:mod:`._gone`: it
+carries the exit code or signal). ``recv`` then delivers what those peers had sent and raises
+:class:`PeerGone` naming them.
 
 :func:`for_server` gives the communicator of a task's server (made once per cluster layout);
 :mod:`.comm` uses it as the default inside ``cluster.run(fn)``. pyzmq is imported by the cluster's
@@ -48,8 +55,10 @@ import time
 
 import numpy as np
 
+from . import _gone
 from . import shm as _shm
 from .comm import Communicator, PeerGone
+from .errors import CollectiveTimeoutError, PeerLostError
 
 __all__ = ["ZmqCommunicator", "for_server"]
 
@@ -68,7 +77,9 @@ class ZmqCommunicator(Communicator):
     """Rank ``server.task_index`` of the tasks of ``server.job_name`` in ``server.spec``.
 
     ``peer_timeout``: seconds of silence (no message, no ping answer) after which a peer counts
-    as gone; ``connect_timeout``: how long to wait for every peer to be ready. ``shm``: False keeps
+    as gone; ``connect_timeout``: how long to wait for every peer to be ready (None: the group is
+    formed later, by :meth:`form`, which the collectives call with their own deadline; ``formed``
+    says whether it has been). ``shm``: False keeps
     every pair on ZeroMQ (None: shared memory between same-host ranks where available); ``host``
     overrides this rank's host identity (ranks with different ones never share memory: for tests);
     ``spin``: seconds a waiting ``recv`` spins before it blocks (None: :data:`~.shm.SPIN_S` on
@@ -78,7 +89,7 @@ class ZmqCommunicator(Communicator):
     shared memory, ``native`` holds :class:`~.direct.SharedMemoryCollectives` (``algorithm="native"``:
     every rank reads the others' buffers directly); else it is None."""
 
-    def __init__(self, server, peer_timeout: float = 5.0, connect_timeout: float = 30.0, shm=None,
+    def __init__(self, server, peer_timeout: float = 5.0, connect_timeout: float | None = 30.0, shm=None,
                  host: str | None = None, spin: float | None = None):
         from ..protocol import Signer, Verifier, new_id
         from ..spec import task_name
@@ -104,6 +115,7 @@ class ZmqCommunicator(Communicator):
         self._ids: dict = {}
         self._heard = [time.monotonic()] * self.size
         self._pinged = [0.0] * self.size
+        self._asked = [0.0] * self.size    # per peer: the first ping sent since it was last heard
         self._told: set = set()
         self._closed = False
         self._lock = threading.Lock()
@@ -124,22 +136,41 @@ class ZmqCommunicator(Communicator):
             self._rx = _shm.Waker("rx")
             self._pusher = _shm.Pusher(self._out, lambda: self._active > 0, self._gone_for_pusher,
                                        name=f"flowlab-shm-push{self.rank}")
+        self.native = None
+        self.formed = False
+        self._greeted: set = set()      # peers whose coll-hi was answered (forming the group)
+        self._spin_arg = spin
         server.register(HELLO_TYPE, self._on_hello, inline=True)
         server.register(MSG_TYPE, self._on_message, inline=True, reply=False)
-        try:
-            self._greet(connect_timeout)
-        except BaseException:
-            self.close()
-            raise
-        self.native = None
+        if connect_timeout is not None:
+            try:
+                self.form(connect_timeout)
+            except BaseException:
+                self.close()
+                raise
+
+    def form(self, timeout: float, op: str | None = None, seq: int | None = None) -> None:
+        """Form the group (once): connect to every peer and wait, at most ``timeout`` seconds in
+        all, until each has its communicator in place. ``op`` and ``seq`` name the collective that
+        needs the group, for the errors: :class:`~.errors.CollectiveTimeoutError` naming the rank
+        that did not answer in time, :class:`~.errors.PeerLostError` at once for a peer the
+        cluster's monitor reported dead (see :mod:`._gone`). After a failure the next call goes
+        on where this one stopped (the peers already greeted stay greeted: their side of the pair
+        stays valid)."""
+        if self.formed:
+            return
+        if self._closed:
+            raise PeerGone([self.rank], "closed (its communicator was closed)")
+        self._greet(timeout, op, seq)
         if self._shm and all(c == "shm" for c in self.channels if c):
             from .direct import SharedMemoryCollectives
             self.native = SharedMemoryCollectives(self)
         local = 1 + sum(1 for p in range(self.size) if p != self.rank and p in self._pids)
-        if spin is not None:
-            self.spin = float(spin)
+        if self._spin_arg is not None:
+            self.spin = float(self._spin_arg)
         elif self._shm and _shm.STRONG_ORDER and local <= _shm.usable_cores():
             self.spin = _shm.SPIN_S
+        self.formed = True
 
     # -- the receiving side (the server's loop thread) ---------------------------------------------
     def _on_message(self, server, msg):
@@ -195,6 +226,8 @@ class ZmqCommunicator(Communicator):
             finally:
                 self._active -= 1
             return
+        if not self.formed:       # used directly, not through a collective: its default deadline
+            self.form(_default_timeout())
         bufs = [np.array(a, copy=True, order="C") if a.nbytes >= COPY_BYTES else np.ascontiguousarray(a)
                 for a in arrays]
         frames = self._signer.pack(MSG_TYPE, self._ids[peer], {"src": self.rank, "h": header}, bufs)
@@ -204,6 +237,8 @@ class ZmqCommunicator(Communicator):
     def recv(self, timeout):
         if self._closed:
             raise PeerGone([self.rank], "closed (its communicator was closed)")
+        if not self.formed:
+            self.form(_default_timeout() if timeout is None else timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         spin = self.spin
         self._active += 1
@@ -442,17 +477,28 @@ class ZmqCommunicator(Communicator):
                     gone[peer] = why
                     continue
                 self._drain(peer, conn)
-                silent = now - self._heard[peer]
-                if silent > self.peer_timeout:
-                    gone[peer] = (f"stopped answering ({self.tasks[peer]} silent for more than "
+                heard = self._heard[peer]
+                if now - heard <= PING_EVERY:
+                    continue
+                # silence counts from the first ping it left unanswered, not from its last message:
+                # a peer idle between collectives (or late to this one) is not a dead one
+                asked = self._asked[peer]
+                if asked > heard and now - asked > self.peer_timeout:
+                    gone[peer] = (f"stopped answering ({self.tasks[peer]} answered no ping for more than "
                                   f"{self.peer_timeout:g} s: dead, frozen or unreachable)")
-                elif silent > PING_EVERY and now - self._pinged[peer] > PING_EVERY:
+                elif now - self._pinged[peer] > PING_EVERY:
                     self._pinged[peer] = now
+                    if asked <= heard:
+                        self._asked[peer] = now
                     conn.send(self._signer.pack("ping", self._ids[peer], {}))
         return gone
 
     def _local_death(self, peer) -> str | None:
-        """Why a same-host peer is gone for sure (its process exited, or it closed), else None."""
+        """Why a peer is gone for sure (the cluster's monitor said it died; or, on this host, its
+        process exited or it closed), else None."""
+        why = _gone.known(self.server, self.tasks[peer])
+        if why:
+            return why
         pid = self._pids.get(peer)
         if pid and not _alive(pid):
             return f"exited ({self.tasks[peer]}, pid {pid}, is gone)"
@@ -465,29 +511,37 @@ class ZmqCommunicator(Communicator):
         return self._closed or peer in self._told or self._local_death(peer) is not None
 
     # -- forming the group ---------------------------------------------------------------------------
-    def _greet(self, timeout):
+    def _greet(self, timeout, op=None, seq=None):
         """Connect to every peer and wait until each has its communicator in place (its ``coll-hi``
-        handler answers); set up shared memory with the peers on this host."""
+        handler answers); set up shared memory with the peers on this host. Everything here waits
+        until one deadline, ``timeout`` seconds from now."""
         transport = self.server.transport
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        deadline = start + timeout
         me = {"src": self.rank, "comm": self.id, "host": self.host, "pid": os.getpid(),
               "tx": self._rx.name if self._shm else None}
         for peer in range(self.size):
-            if peer == self.rank:
+            if peer == self.rank or peer in self._greeted:
                 continue
-            conn = self._conns[peer] = transport.connect(self.addresses[peer])
-            server_id = None
+            self._check_notice(peer, op, seq)
+            conn = self._conns.get(peer)
+            if conn is None:
+                conn = self._conns[peer] = transport.connect(self.addresses[peer])
+            server_id = self._ids.get(peer)
             while server_id is None:
                 conn.send(self._signer.pack("hello", "*", {}))
-                body = self._await_reply(conn, deadline, peer, "id")
+                body = self._await_reply(conn, start, deadline, peer, "id", op, seq, reached=False)
                 server_id = body.get("id") if body is not None and body.get("ok") else None
             self._ids[peer] = server_id
             while True:
                 conn.send(self._signer.pack(HELLO_TYPE, server_id, me))
-                body = self._await_reply(conn, deadline, peer, "coll_hi", retry_error=True)
+                body = self._await_reply(conn, start, deadline, peer, "coll_hi", op, seq, reached=True,
+                                         retry_error=True)
                 if body is not None and body.get("ok"):
                     break
-                time.sleep(0.02)
+                self._check_notice(peer, op, seq)
+                time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
+            self._greeted.add(peer)
             self._heard[peer] = time.monotonic()
             if body.get("host") != self.host:
                 continue
@@ -502,25 +556,58 @@ class ZmqCommunicator(Communicator):
                 self._out[peer] = out
                 self.channels[peer] = "shm"
 
-    def _await_reply(self, conn, deadline, peer, key, retry_error=False):
+    def _what(self, op, seq) -> str:
+        if op is None:
+            return f"forming the collective group on rank {self.rank}"
+        return f"{op}{'' if seq is None else f' #{seq}'} on rank {self.rank}"
+
+    def _check_notice(self, peer, op, seq) -> None:
+        """Fail at once if the cluster's monitor said ``peer`` died (see :mod:`._gone`)."""
+        why = _gone.known(self.server, self.tasks[peer])
+        if why:
+            raise PeerLostError(f"{self._what(op, seq)} failed while forming the group: rank {peer} {why}",
+                                op, seq, self.rank, [peer])
+
+    def _await_reply(self, conn, start, deadline, peer, key, op, seq, reached, retry_error=False):
         """The body of the next reply that has ``key`` (or an error, when ``retry_error``), None
-        after half a second without one (the caller asks again)."""
+        after half a second without one (the caller asks again). Past ``deadline``: a
+        :class:`CollectiveTimeoutError` naming ``peer`` (``reached``: its server had answered)."""
+        ask_again = time.monotonic() + 0.5
         while True:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
-                err = TimeoutError(f"rank {self.rank}: {self.tasks[peer]} at {self.addresses[peer]} was not "
-                                   f"ready for collectives within the connect timeout")
+                waited = now - start
+                if reached:
+                    why = (f"answers, but has not called a collective (every rank of the job calls the same "
+                           f"collectives, in the same order)")
+                else:
+                    why = "never answered (not started yet, dead, or unreachable)"
+                later = [p for p in range(peer + 1, self.size) if p != self.rank]
+                rest = f"; ranks {later} were not asked yet" if later else ""
+                err = CollectiveTimeoutError(
+                    f"{self._what(op, seq)} timed out after {waited:.3g} s forming the group: rank {peer} "
+                    f"({self.tasks[peer]} at {self.addresses[peer]}) {why}{rest}",
+                    op, seq, self.rank, [peer], waited)
                 err.peer = peer     # which rank never answered (read by callers that name it their own way)
                 raise err
-            frames = conn.recv(min(left, 0.5))
-            if frames is None:
+            self._check_notice(peer, op, seq)
+            if now >= ask_again:
                 return None
+            frames = conn.recv(min(left, ask_again - now, 0.1))
+            if frames is None:
+                continue
             try:
                 body = self._verifier.unpack(frames).body
             except Exception:   # noqa: BLE001 - a reply we cannot read: ask again
                 return None
             if key in body or (retry_error and not body.get("ok")):
                 return body
+
+
+def _default_timeout() -> float:
+    from ._exchange import default_timeout
+    return default_timeout()
 
 
 def _alive(pid: int) -> bool:
@@ -563,22 +650,26 @@ def sync(server, to=None, close: bool = False) -> dict:
     return {"job": server.job_name, "state": resync(comm, to)}
 
 
-def for_server(server) -> ZmqCommunicator:
+def for_server(server, formed: bool = True) -> ZmqCommunicator:
     """The communicator among the tasks of ``server``'s job, made on first use and again whenever
-    the cluster's layout (its ClusterSpec) changes, as after a restart."""
+    the cluster's layout (its ClusterSpec) changes, as after a restart. ``formed``: return it with
+    its group formed (waiting up to the collectives' default timeout); False: possibly not yet
+    formed (the collectives form it by their own deadline: what :func:`.comm.current` gives)."""
     spec = server.spec
     comm = _cache.get(id(server))
-    if comm is not None and comm._spec is spec and not comm._closed:
+    if comm is not None and comm._spec is spec and not comm._closed and (comm.formed or not formed):
         return comm            # the same ClusterSpec object: the same layout (checked below once)
     layout = (id(server), repr(spec.as_dict()) if spec is not None else None)
     with _cache_lock:
         comm = _cache.get(id(server))
         if comm is not None and comm._layout == layout and not comm._closed:
             comm._spec = spec
-            return comm
-        if comm is not None:
-            comm.close()
-        comm = ZmqCommunicator(server)
-        comm._layout, comm._spec = layout, spec
-        _cache[id(server)] = comm
-        return comm
+        else:
+            if comm is not None:
+                comm.close()
+            comm = ZmqCommunicator(server, connect_timeout=None)   # formed by the first collective, by its deadline
+            comm._layout, comm._spec = layout, spec
+            _cache[id(server)] = comm
+    if formed:
+        comm.form(_default_timeout())
+    return comm

@@ -47,7 +47,7 @@ from ...core.tape import GradientTape
 from ...core.tensor import convert_to_tensor
 
 __all__ = ["strategy_of", "scheduler_of", "runner", "TracedStep", "ScheduledStep", "eager_runner", "reduce_logs",
-           "shared_seed", "is_chief", "current_strategy", "set_strategy_hook"]
+           "shared_seed", "chief_int", "gather_rows", "is_chief", "current_strategy", "set_strategy_hook"]
 
 _strategy_hook = None
 _MANY_SHAPES = 5     # a traced step warns when it is called with more global batch shapes than this
@@ -139,6 +139,20 @@ def shared_seed(strategy, seed):
     out = broadcast(np.array([int(seed)], np.int64), root=0, comm=strategy._comm, algorithm=strategy._algorithm,
                     timeout=strategy._timeout)
     return int(np.asarray(out).reshape(-1)[0])
+
+
+def chief_int(strategy, value: int) -> int:
+    """The chief's (worker 0's) ``value`` on every worker: which backup to restore."""
+    return shared_seed(strategy, int(value))
+
+
+def gather_rows(strategy, row):
+    """Every worker's float64 ``row`` (all the same length), one row per worker in worker order:
+    shape ``(num_workers, len(row))``. A collective: every worker calls it at the same point."""
+    from ...cluster.collectives import allgather
+    row = np.ascontiguousarray(row, np.float64).reshape(1, -1)
+    out = allgather(row, comm=strategy._comm, algorithm=strategy._algorithm, timeout=strategy._timeout)
+    return np.asarray(out).reshape(strategy.num_workers, row.shape[1])
 
 
 def reduce_logs(strategy, logs: dict) -> dict:

@@ -20,8 +20,9 @@ import numpy as np
 
 from ..._display import show
 from ...core import dtypes
-from ...core.tensor import Variable
+from ...core.tensor import Variable, variable_creator_scope
 from ..checkpoint import Checkpoint, CheckpointManager
+from ..checkpoint import _file as _checkpoint_file
 from .progress import ProgressBar
 
 __all__ = ["Callback", "CallbackList", "History", "ProgbarLogger", "ModelCheckpoint", "EarlyStopping",
@@ -339,7 +340,15 @@ class BackupAndRestore(Callback):
     every ``save_freq`` batches, if a number), and a later ``fit`` with the same callback starts
     from the last backup instead of from scratch. With arrays (or a dataset that repeats its order)
     the resumed fit ends with the same weights as one that was never interrupted. The backup is
-    deleted when a fit completes (``delete_checkpoint=True``)."""
+    deleted when a fit completes (``delete_checkpoint=True``).
+
+    Under a strategy with several workers (MultiWorkerMirroredStrategy) every worker must use the
+    callback with the same ``backup_dir`` (a folder they all see). Only the chief (worker 0) writes
+    it; the weights, optimizer and fit position are the same on every worker, and what differs
+    per worker, each one's metric accumulators, is gathered to the chief at each backup and saved
+    as one row per worker. At the start of ``fit`` the chief says which backup to restore, so every
+    worker restores the same one and takes its own metrics row back. Saving is a collective: all
+    workers back up at the same batch."""
 
     def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True):
         super().__init__()
@@ -347,19 +356,50 @@ class BackupAndRestore(Callback):
             raise ValueError(f"BackupAndRestore: save_freq must be 'epoch' or a number of batches >= 1, got {save_freq!r}")
         self.backup_dir, self.save_freq, self.delete_checkpoint = os.fspath(backup_dir), save_freq, delete_checkpoint
         self._manager = None
+        self._strategy = None
+        self._rows = None
         self.restored_from = None
 
     def _uses(self, hook):
         return hook == "on_train_batch_end" and self.save_freq != "epoch"
 
     def on_train_begin(self, logs=None):
+        from . import _distributed
         model = self.model
         state = model._fit_state
-        ckpt = Checkpoint(model=model, optimizer=model.optimizer, metrics=list(model.metrics), fit=state)
-        self._manager = CheckpointManager(ckpt, self.backup_dir, max_to_keep=1, checkpoint_name="backup")
-        self.restored_from = self._manager.latest_checkpoint
-        if self.restored_from is not None:
-            ckpt.restore(self.restored_from).assert_existing_objects_matched()
+        strategy = _distributed.strategy_of(model)
+        self._strategy = strategy if strategy is not None and strategy.num_workers > 1 else None
+        self._chief = _distributed.is_chief(strategy)
+        parts = {"model": model, "optimizer": model.optimizer, "fit": state}
+        self._rows = None
+        if self._strategy is None:
+            parts["metrics"] = list(model.metrics)
+        elif model.metrics:
+            self._metric_vars = [v for m in model.metrics for v in m.variables]
+            width = sum(np.asarray(v.numpy()).size for v in self._metric_vars)
+            with variable_creator_scope(None):      # a plain variable of this process, never mirrored
+                self._rows = Variable(np.zeros((self._strategy.num_workers, width)), dtype=dtypes.float64,
+                                      trainable=False, name="backup/worker_metrics")
+            parts["worker_metrics"] = self._rows
+        ckpt = Checkpoint(**parts)
+        latest = None
+        if self._chief:
+            self._manager = CheckpointManager(ckpt, self.backup_dir, max_to_keep=1, checkpoint_name="backup")
+            latest = self._manager.latest_checkpoint
+        else:
+            self._manager = None               # a worker that is not the chief never writes the backup
+        if self._strategy is not None:         # the chief's choice, so every worker restores the same backup
+            number = _distributed.chief_int(self._strategy, _backup_number(latest))
+            latest = os.path.join(self.backup_dir, f"backup-{number}") if number >= 0 else None
+        self.restored_from = latest
+        if latest is not None and not self._chief and not os.path.exists(_checkpoint_file(latest)):
+            raise FileNotFoundError(
+                f"BackupAndRestore on worker {self._strategy.worker_index}: the chief restores {latest!r} but this "
+                f"worker cannot see it; backup_dir must be one folder every worker can read (a shared file system)")
+        if latest is not None:
+            ckpt.restore(latest).assert_existing_objects_matched()
+            if self._rows is not None:
+                self._put_metrics(self._rows.numpy()[self._strategy.worker_index])
             state.resumed = True
         self._epoch = 0
 
@@ -377,13 +417,33 @@ class BackupAndRestore(Callback):
         state = self.model._fit_state
         state.epoch.assign(np.int64(epoch))
         state.step.assign(np.int64(step))
-        self._manager.save()
+        if self._rows is not None:            # every worker's metrics, to the chief (a collective)
+            from . import _distributed
+            mine = [np.asarray(v.numpy(), np.float64).reshape(-1) for v in self._metric_vars]
+            rows = _distributed.gather_rows(self._strategy, np.concatenate(mine) if mine else np.zeros(0))
+            if self._chief:
+                self._rows.assign(rows)
+        if self._manager is not None:
+            self._manager.save()
+
+    def _put_metrics(self, row):
+        at = 0
+        for v in self._metric_vars:
+            shape = np.shape(v.numpy())
+            n = int(np.prod(shape))
+            v.assign(row[at:at + n].reshape(shape).astype(v.dtype.as_numpy_dtype))
+            at += n
 
     def on_train_end(self, logs=None):
         if self.delete_checkpoint and self._manager is not None:
             self._manager.delete_all()
             if os.path.isdir(self.backup_dir) and not os.listdir(self.backup_dir):
                 shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+
+def _backup_number(path) -> int:
+    """``backup-7`` -> 7; no backup -> -1."""
+    return -1 if path is None else int(os.path.basename(path).rpartition("-")[2])
 
 
 class FitState:
