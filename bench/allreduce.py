@@ -145,6 +145,7 @@ def zmq_body(mode, row="flowlab zmq"):
     from flowlab.cluster import collectives as C
 
     r, n = fl.cluster.rank(), fl.cluster.world_size()
+    C.barrier(timeout=DEADLINE_S)     # the group forms at its first collective: only then is `native` known
     has_native = getattr(C.current(), "native", None) is not None
     res = {}
     for label in mode["sizes"]:
