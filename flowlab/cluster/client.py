@@ -128,6 +128,7 @@ class Client:
         self.stop_hint = None       # stop_hint(task) -> how a user ends that task's process, e.g. "cluster.restart(1)"
         self.describe = None        # describe(task) -> {"pid", "status", "exit", "log_path"}: root-cause table rows
         self._busy: dict = {}       # task -> (Pending, when): interrupted work that did not stop
+        self._away: dict = {}       # task -> why it was removed, said to a call that asks for it meanwhile
 
     @classmethod
     def connect(cls, spec, key, *, transport=None, timeout: float = 10.0) -> "Client":
@@ -145,6 +146,7 @@ class Client:
         every request names so it cannot be replayed to another server), ask it with ``hello``."""
         task = task_name(*parse_task(task))
         self._busy.pop(task, None)
+        self._away.pop(task, None)
         with self._lock:
             old = self._peers.pop(task, None)
             if old is not None:
@@ -165,8 +167,12 @@ class Client:
                 raise
             peer.server_id, peer.pid = reply.body["id"], reply.body["pid"]
 
-    def remove(self, task) -> None:
+    def remove(self, task, why: str | None = None) -> None:
+        """Forget ``task``; a call to it meanwhile raises a ClusterError that says ``why`` (e.g.
+        ``"is being restarted"``), until it is added again."""
         self._busy.pop(task_name(*parse_task(task)), None)
+        if why:
+            self._away[task_name(*parse_task(task))] = why
         with self._lock:
             peer = self._peers.pop(task_name(*parse_task(task)), None)
         if peer is not None:
@@ -536,7 +542,10 @@ class Client:
         name = task_name(*parse_task(task))
         peer = self._peers.get(name)
         if peer is None:
-            raise ClusterError(f"this client is not connected to {task} (it knows {list(self._peers)})")
+            why = self._away.get(name)
+            if why:
+                raise ClusterError(f"{name} {why}", name)
+            raise ClusterError(f"this client is not connected to {task} (it knows {list(self._peers)})", name)
         return peer
 
     def _dropped(self, peer, error):

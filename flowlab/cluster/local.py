@@ -229,6 +229,7 @@ class LocalCluster:
         self._lock = threading.RLock()
         self._faults_set: dict = {}     # task -> the faults it reported set (inject)
         self._scheduled: list = []      # ScheduledFault handles
+        self._missed: set = set()       # paused tasks that missed a regroup and a new spec (told at resume)
         self._fault_since = float("-inf")   # events(clear=True) hides this cluster's older fault events
         self.closed = False
         try:
@@ -385,6 +386,18 @@ class LocalCluster:
             proc.send_signal(_signal.SIGCONT)
         self._res.monitor.resume(name)
         self._fault_event("resume", name)
+        if name in self._missed and not self.closed:
+            self._catch_up(name)
+
+    def _catch_up(self, name):
+        """A task that was paused while another was restarted still holds the old group and the
+        old spec (with the dead process's death notice): drop that group and send the spec now."""
+        self._missed.discard(name)
+        try:
+            self._res.client.request(name, "coll-sync", {"close": True}, timeout=10.0)
+            self._res.client.request(name, "spec", {"cluster": self.spec.as_dict()}, timeout=10.0)
+        except ClusterError:   # reported by the next call that uses it
+            pass
 
     def delay(self, task, ms: float, *, timeout: float = 10.0) -> dict:
         """Delay every message ``task`` handles by ``ms`` milliseconds (0 removes the delay)."""
@@ -498,7 +511,8 @@ class LocalCluster:
                 log = self._res.logs.pop(name, None)
                 if log is not None:
                     log.close()
-            self._res.client.remove(name)
+            self._res.client.remove(name, why=f"is being restarted ({restart_call(name)} is under way); "
+                                              "call it again once that has returned")
             self._faults_set.pop(name, None)
             self._regroup(name)
             port = int(self._addresses[name].rpartition(":")[2]) if name in self._addresses else 0
@@ -607,6 +621,7 @@ class LocalCluster:
         the group again, with the new process, every rank counting from the start."""
         job = parse_task(task)[0]
         others = [t for t in self._tasks if t != task and parse_task(t)[0] == job and self.status(t) == "alive"]
+        self._missed.update(t for t in self._tasks if t != task and self.status(t) == "paused")
         if others:
             try:
                 self._res.client.request_all(others, "coll-sync", {"close": True}, timeout=10.0)

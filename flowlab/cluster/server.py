@@ -51,6 +51,19 @@ from .spec import ClusterSpec, parse_task, task_name
 __all__ = ["Server", "Reply", "Store", "handler", "rank", "world_size", "current_server", "key_from_env"]
 
 log = logging.getLogger("flowlab.cluster")
+_CANCEL_RETRY_S = 0.05     # a cancel that arrived during an import asks again this much later
+_IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` (where a signal interrupted the exec thread) is inside an import."""
+    while frame is not None:
+        if frame.f_code.co_filename in _IMPORT_FILES:
+            return True
+        frame = frame.f_back
+    return False
+
+
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "inproc")
 
 
@@ -415,8 +428,20 @@ class Server:
 
     def _on_sigint(self, signum, frame):
         if self._running is not None and self._running == self._cancel_key:
+            if _importing(frame):
+                # an import cut in half leaves its modules broken for every later call (the lazy
+                # flowlab package, numpy): ask again shortly, once the import is done
+                retry = threading.Timer(_CANCEL_RETRY_S, self._resignal, args=(self._running,))
+                retry.daemon = True
+                retry.start()
+                return
             self._cancel_key = None
             raise KeyboardInterrupt(f"{self.name}: cancelled by the client")
+
+    def _resignal(self, key):
+        thread = self._exec_thread
+        if thread is not None and self._running == key and self._cancel_key == key:
+            _signal.pthread_kill(thread.ident, _signal.SIGINT)
 
     def cancel(self, sender, seq) -> str:
         """Stop the exec job ``(sender, seq)``: ``"running"`` (interrupted now), ``"queued"``

@@ -1,0 +1,316 @@
+"""A bounded soak: thousands of remote calls and hundreds of all-reduces on a real LocalCluster of
+three workers while a seeded plan kills, pauses, resumes, restarts and delays them at random.
+
+What must hold:
+
+- every call either returns the right value or raises a clear flowlab error: a ``ClusterError``
+  (collective errors included) that names a task, or a ``RemoteError`` whose remote exception is
+  one of those; never a bare ``TimeoutError``/``KeyError``/``AttributeError``, never a wrong value;
+- nothing waits past its deadline (each call's own, plus a margin) and the whole run has an upper
+  bound (a watchdog interrupts the main thread and fails the test);
+- nothing is lost: every call made is counted as returned or raised;
+- nothing is left behind: no worker process of the cluster (every pid it ever had), no
+  ``flowlab-cluster-*`` folder, no lane socket of any address it used, no ``/dev/shm`` segment
+  owned by this process or any of its workers that was not there before.
+
+Opt-in for now: it runs when ``FLOWLAB_SOAK_SECONDS`` is set (e.g. 40). In 11 runs after the fixes it
+found, one seed (44444) failed twice in four tries (a stale group refusing ``native``; a cancelled
+``run`` whose worker never answered), not yet understood; until those are, a random run could turn
+CI red by chance. The regression tests it led to (test_cancel_mid_import.py,
+test_restart_while_paused.py) run in every process tier.
+
+Knobs: ``FLOWLAB_SOAK_SECONDS`` (no default: unset skips the soak), ``FLOWLAB_SOAK_SEED`` (default: a fresh one, printed
+so a failure can be replayed), ``FLOWLAB_SOAK_MAX_OPS`` (default 20000). The summary line starts
+with ``soak:``; run with ``-s`` to see it.
+"""
+import _thread
+import collections
+import os
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import flowlab as fl
+from flowlab.cluster import faults as fault_plans
+from flowlab.cluster.collectives.errors import CollectiveError
+from flowlab.cluster.errors import ClusterError, RemoteError
+
+pytestmark = pytest.mark.process
+
+WORKERS = 3
+SECONDS = float(os.environ.get("FLOWLAB_SOAK_SECONDS") or 0)
+MAX_OPS = int(os.environ.get("FLOWLAB_SOAK_MAX_OPS", "20000"))
+CALL_TIMEOUT = 10.0         # cluster.call / cluster.run deadline
+ALLREDUCE_TIMEOUT = 4.0     # the collective's own deadline, inside the run
+MARGIN = 10.0               # how far past its deadline a call may return before it counts as a hang
+EAGER_BOUND = 30.0          # eager ops have no per-call deadline (the monitor fails them): this bound
+
+# remote exception names that are clear flowlab errors when a RemoteError carries them
+_CLEAR_REMOTE = {"PeerLostError", "CollectiveTimeoutError", "CollectiveMismatchError", "CollectiveError",
+                 "WorkerDiedError", "WorkerUnresponsiveError", "WorkerPausedError", "ClusterTimeoutError",
+                 "ClusterError"}
+
+
+def _seed() -> int:
+    return int(os.environ.get("FLOWLAB_SOAK_SEED") or random.SystemRandom().randrange(1, 2**31))
+
+
+# -- what runs on the workers ------------------------------------------------------------------------
+def _affine(k, a):
+    import flowlab.cluster as cl
+    return k * a + cl.rank()
+
+
+def _sum_known(step, n_elems, algorithm, timeout):
+    import numpy as np
+
+    import flowlab.cluster as cl
+    x = np.full(n_elems, float(cl.rank() + step), dtype=np.float64)
+    out = cl.allreduce(x, algorithm=algorithm, timeout=timeout)
+    return float(out.min()), float(out.max())
+
+
+# -- the plan ----------------------------------------------------------------------------------------
+def make_plan(seed: int, seconds: float, workers: int = WORKERS) -> list:
+    """The seeded fault plan: ``(after_s, action, task, *args)``. Built on ``faults.random_plan``
+    (kill, pause with its resume, restart, delay); each delay gets a length from the seed and is
+    lifted again 1.5 s later. About one fault every 1.5 s."""
+    rng = random.Random(seed)
+    n = max(3, int(seconds / 1.5))
+    base = fault_plans.random_plan(range(workers), max(1.0, seconds - 3.0), n,
+                                   actions=("kill", "pause", "restart", "delay"), seed=seed, pause_for=1.0)
+    plan = []
+    for at, action, task in base:
+        if action == "delay":
+            plan.append((at, "delay", task, rng.choice((5, 20, 80))))
+            plan.append((round(at + 1.5, 3), "delay", task, 0))
+        else:
+            plan.append((at, action, task))
+    return sorted(plan, key=lambda x: x[0])
+
+
+def test_plan_is_reproducible_from_its_seed():
+    assert make_plan(123, 40) == make_plan(123, 40)
+    assert make_plan(123, 40) != make_plan(124, 40)
+    plan = make_plan(5, 40)
+    actions = collections.Counter(p[1] for p in plan)
+    assert actions["resume"] == actions["pause"]
+    assert all(0 <= p[0] <= 40 for p in plan) and all(p[2] in range(WORKERS) for p in plan)
+
+
+# -- what the run leaves -------------------------------------------------------------------------------
+def _segments_of(pids) -> set:
+    """Names in /dev/shm owned (by name) by one of ``pids``."""
+    from flowlab.cluster.leftovers import SHM_DIR
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return set()
+    return {n for n in names for p in pids if n.startswith(f"flowlab-{p}-")}
+
+
+def _lanes(addresses) -> set:
+    from flowlab.cluster import unix
+    out = set()
+    for a in addresses:
+        if a:
+            host, _, port = a.rpartition(":")
+            path = unix.lane_path(host, int(port))
+            if path:
+                out.add(path)
+    return out
+
+
+# -- the soak ----------------------------------------------------------------------------------------
+class _Tally:
+    def __init__(self):
+        self.ok = collections.Counter()
+        self.errors = collections.Counter()
+        self.unclear = []        # (kind, repr) of errors that are not clear flowlab errors
+        self.wrong = []          # (kind, got, expected)
+        self.slow = []           # (kind, seconds, bound)
+        self.tried = collections.Counter()
+        self.examples = {}       # the first message of each error type, for the summary
+        self.made = 0
+        self.restarts = 0
+        self.restart_errors = collections.Counter()
+
+    def judge(self, kind, fn, expected, bound):
+        self.made += 1
+        self.tried[kind] += 1
+        t0 = time.monotonic()
+        try:
+            got = fn()
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:   # noqa: BLE001 - every exception is judged below
+            name = type(e).__name__
+            if isinstance(e, RemoteError):
+                name = f"Remote[{e.remote_type}]"
+            self.errors[name] += 1
+            self.examples.setdefault(name, " | ".join(str(e).splitlines()[:3])[:400])
+            if not _clear(e):
+                self.unclear.append((kind, repr(e)[:600]))
+            got = None
+        else:
+            self.ok[kind] += 1
+            if got != expected:
+                self.wrong.append((kind, got, expected))
+        spent = time.monotonic() - t0
+        if spent > bound:
+            self.slow.append((kind, round(spent, 2), bound))
+        return got
+
+
+def _clear(e) -> bool:
+    """A clear flowlab error: a ClusterError naming a task (a RemoteError carrying one of the
+    cluster's or collectives' own errors), never a bare Python error."""
+    if not isinstance(e, ClusterError) or "this client is not connected" in str(e):
+        return False      # (a call during a restart used to hear that: it now says the task is restarting)
+    if isinstance(e, RemoteError):
+        return e.remote_type in _CLEAR_REMOTE and "/job:worker/task:" in str(e)
+    if isinstance(e, CollectiveError):
+        return True
+    return "/job:worker/task:" in str(e)
+
+
+def _show_stuck(c, error, seed):
+    """Print what a failed soak needs for a diagnosis: the seed, every worker's log, and the stacks
+    of the task the error names (SIGABRT: faulthandler writes them to its log as it dies)."""
+    import signal
+    print(f"soak: seed {seed} failed: {str(error).splitlines()[0]}")
+    task = getattr(error, "task", None)
+    if task in c.workers and c.status(task) in ("alive", "unresponsive"):
+        c.kill(task, signal.SIGABRT)
+        time.sleep(1.0)
+    for t in c.workers:
+        print(f"soak: last lines of {t}'s log:\n{c.logs(t, 60)}")
+
+
+def _eager(i, a):
+    with fl.device(f"/job:worker/task:{i}"):
+        y = fl.constant(np.array([a, a + 1.0, a + 2.0])) * 2.0 + 1.0
+    return [float(v) for v in y.numpy()]
+
+
+@pytest.mark.skipif(not SECONDS, reason="the soak is opt-in until its two open failures are understood: "
+                                         "FLOWLAB_SOAK_SECONDS=40 runs it (see the module docstring)")
+def test_soak_random_faults_every_result_correct_or_clear_and_nothing_left(make_cluster):
+    seed = _seed()
+    plan = make_plan(seed, SECONDS)
+    print(f"\nsoak: seed {seed} (replay: FLOWLAB_SOAK_SEED={seed} FLOWLAB_SOAK_SECONDS={SECONDS:g}), "
+          f"{len(plan)} faults planned: {plan}")
+    me = os.getpid()
+    shm_before = _segments_of([me])
+    hard_limit = SECONDS + 90.0
+    hung = threading.Event()
+
+    def watchdog():
+        if not finished.wait(hard_limit):
+            hung.set()
+            _thread.interrupt_main()
+
+    finished = threading.Event()
+    threading.Thread(target=watchdog, daemon=True, name="soak-watchdog").start()
+
+    # PYTHONFAULTHANDLER: a worker stuck past its deadline is sent SIGABRT and its stacks land in its log
+    c = make_cluster(workers=WORKERS, unresponsive_after=1.0, env={"PYTHONFAULTHANDLER": "1"})
+    pids = {c.pid(t) for t in c.tasks}
+    addresses = set(c.spec.as_dict()["worker"])
+    folder = c._res.tmpdir
+    tally = _Tally()
+    rng = random.Random(seed ^ 0x5EED)
+    t0 = time.monotonic()
+    handles = []
+    try:
+        assert c.run(_sum_known, 0, 8, "ring", 20.0, timeout=30) == [(3.0, 3.0)] * 3   # the group forms
+        handles = c.schedule_faults(plan)
+        end = time.monotonic() + SECONDS
+        step = 0
+        while time.monotonic() < end and tally.made < MAX_OPS:
+            step += 1
+            for t in c.workers:      # a user's reaction to a dead worker: start it again
+                if c.status(t) == "dead" and rng.random() < 0.5:
+                    try:
+                        c.restart(t)
+                        tally.restarts += 1
+                    except ClusterError as e:
+                        tally.restart_errors[type(e).__name__] += 1
+                    pids.add(c.pid(t))
+                    addresses.update(a for a in c.spec.as_dict()["worker"] if a)
+            pick = rng.random()
+            i = rng.randrange(WORKERS)
+            a = float(rng.randrange(-1000, 1000))
+            if pick < 0.45:
+                tally.judge("eager", lambda: _eager(i, a), [2 * a + 1, 2 * a + 3, 2 * a + 5], EAGER_BOUND)
+            elif pick < 0.9:
+                k = rng.randrange(1, 100)
+                tally.judge("call", lambda: c.call(i, _affine, k, a, timeout=CALL_TIMEOUT), k * a + i,
+                            CALL_TIMEOUT + MARGIN)
+            else:
+                n_elems = rng.choice((16, 4096, 200_000))
+                alg = rng.choice(("ring", "ring", "tree", "native"))
+                s = float(rng.randrange(0, 1000))
+                want = 3 * s + 3.0       # ranks 0, 1, 2 each give rank + s
+                tally.judge(f"allreduce/{alg}",
+                            lambda: c.run(_sum_known, s, n_elems, alg, ALLREDUCE_TIMEOUT, timeout=CALL_TIMEOUT),
+                            [(want, want)] * WORKERS, CALL_TIMEOUT + MARGIN)
+            for t in c.workers:
+                pids.add(c.pid(t))
+        for h in handles:
+            h.cancel()
+        c.clear_faults()
+        # after the storm: every worker back, and everything answers right
+        for t in c.workers:
+            if c.status(t) != "alive":
+                c.restart(t)
+                tally.restarts += 1
+                pids.add(c.pid(t))
+        addresses.update(a for a in c.spec.as_dict()["worker"] if a)
+        assert c.run(_sum_known, 1, 4096, "ring", 20.0, timeout=30) == [(6.0, 6.0)] * 3
+        assert [c.call(i, _affine, 2, 5.0, timeout=20) for i in range(WORKERS)] == [10.0, 11.0, 12.0]
+        assert _eager(2, 1.0) == [3.0, 5.0, 7.0]
+    except KeyboardInterrupt:
+        if hung.is_set():
+            pytest.fail(f"soak (seed {seed}) hung: still running {hard_limit:.0f} s after it started")
+        raise
+    except Exception as e:
+        _show_stuck(c, e, seed)
+        raise
+    finally:
+        finished.set()
+    elapsed = time.monotonic() - t0
+    fired = [h for h in handles if h.done and h.error is None]
+    refused = collections.Counter(type(h.error).__name__ for h in handles if h.error is not None)
+    kinds = collections.Counter(h.action for h in fired)
+    allreduces = sum(v for k, v in tally.tried.items() if k.startswith("allreduce"))
+    print(f"soak: seed {seed}, {elapsed:.1f} s, {tally.made} calls: ok {dict(tally.ok)}, "
+          f"errors {dict(tally.errors)}, restarts {tally.restarts} by the loop + {kinds.get('restart', 0)} planned, "
+          f"faults injected {dict(kinds)} (refused {dict(refused)}), wrong {len(tally.wrong)}, "
+          f"unclear {len(tally.unclear)}, slow {len(tally.slow)}, restarts refused {dict(tally.restart_errors)}")
+    for name, text in sorted(tally.examples.items()):
+        print(f"soak:   e.g. {name}: {text}")
+    if tally.unclear or tally.wrong or tally.slow:     # the workers' logs go with the folder at close
+        for t in c.workers:
+            print(f"soak: last lines of {t}'s log:\n{c.logs(t, 40)}")
+
+    # nothing left behind once it is closed
+    c.close()
+    from _processes import wait_gone
+    left = wait_gone([p for p in pids if p], 10)
+    assert not left, f"seed {seed}: worker processes left after close: {left}"
+    assert not os.path.exists(folder), f"seed {seed}: the cluster folder {folder} is still there"
+    lanes = [p for p in _lanes(addresses) if os.path.exists(p)]
+    assert not lanes, f"seed {seed}: lane sockets left: {lanes}"
+    shm_after = _segments_of(pids | {me}) - shm_before
+    assert not shm_after, f"seed {seed}: /dev/shm segments of this run left: {sorted(shm_after)}"
+
+    assert not tally.wrong, f"seed {seed}: wrong results: {tally.wrong[:5]}"
+    assert not tally.unclear, f"seed {seed}: unclear errors: {tally.unclear[:5]}"
+    assert not tally.slow, f"seed {seed}: calls past their deadline: {tally.slow[:5]}"
+    assert tally.made == sum(tally.ok.values()) + sum(tally.errors.values()), "a call neither returned nor raised"
+    assert sum(tally.ok.values()) >= 100, f"seed {seed}: too few calls succeeded: {dict(tally.ok)}"
+    assert allreduces >= 10, f"seed {seed}: too few all-reduces: {dict(tally.tried)}"
