@@ -347,12 +347,9 @@ class Verifier:
         self._routes: dict = {}   # compact header's route text -> (type, from, to)
         self._bufs: dict = {}     # a header's "bufs" text -> (descriptions, decoding plan)
 
-    def unpack(self, frames) -> Message:
-        """The checked Message in ``frames`` (``[signature + header, *buffers]``, each bytes-like);
-        raises ProtocolError, saying why, for anything that fails a check."""
-        if not frames:
-            raise ProtocolError("malformed message: no frames")
-        first = frames[0]
+    def _signed_header(self, first) -> bytes:
+        """The header of a first frame (``signature + header``) whose signature checks out under
+        this cluster's key; ProtocolError otherwise."""
         if first.__class__ is not bytes:
             first = bytes(first)
         if len(first) < 34:
@@ -360,6 +357,14 @@ class Verifier:
         header = first[32:]
         if not _compare(first[:32], self._mac(header)):
             raise ProtocolError("bad signature: the message was not signed with this cluster's key")
+        return header
+
+    def unpack(self, frames) -> Message:
+        """The checked Message in ``frames`` (``[signature + header, *buffers]``, each bytes-like);
+        raises ProtocolError, saying why, for anything that fails a check."""
+        if not frames:
+            raise ProtocolError("malformed message: no frames")
+        header = self._signed_header(frames[0])
         msg = self._fast(header, frames)
         if msg is not None:
             return msg
@@ -407,13 +412,7 @@ class Verifier:
         the time window, not a replay, and ``sizes`` (the byte lengths of the frames that follow)
         are exactly those its header lists, none over MAX_FRAME. Records nothing: :meth:`unpack`
         still checks the whole message."""
-        if first.__class__ is not bytes:
-            first = bytes(first)
-        if len(first) < 34:
-            raise ProtocolError("unsigned or malformed message (no 32-byte signature and header)")
-        header = first[32:]
-        if not _compare(first[:32], self._mac(header)):
-            raise ProtocolError("bad signature: the message was not signed with this cluster's key")
+        header = self._signed_header(first)
         try:
             if header[0] == COMPACT:
                 _, seq, t, lr, lb = _uncompact(header)
