@@ -10,3 +10,20 @@ def cpus():
         fl.config.set_logical_devices("CPU", n)
     yield make
     fl.config.set_logical_devices("CPU", None)
+
+
+@pytest.fixture
+def inproc_task():
+    """``(server, client)``: one task, /job:worker/task:0, served in this process over the in-process
+    transport, and a client connected to it; both closed after the test."""
+    from flowlab.cluster.client import Client
+    from flowlab.cluster.events import EventLog
+    from flowlab.cluster.server import Server
+    key = bytes(range(40, 72))
+    server = Server(port=0, job_name="worker", task_index=0, key=key, transport="inproc", event_log=EventLog())
+    client = Client(key, transport="inproc", event_log=EventLog())
+    client.add(server.name, server.address)
+    yield server, client
+    client.close()
+    server.stop()
+    assert server.join(5)

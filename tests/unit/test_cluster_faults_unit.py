@@ -6,14 +6,12 @@ import time
 
 import pytest
 
-from flowlab.cluster.client import Client, root_cause_table
+from flowlab.cluster.client import root_cause_table
 from flowlab.cluster.errors import ClusterTimeoutError, ProtocolError, WorkerPausedError
-from flowlab.cluster.events import EventLog
 from flowlab.cluster.faults import Faults, flip_byte, random_plan
 from flowlab.cluster.inproc import InprocTransport
 from flowlab.cluster.liveness import Heartbeat, Monitor
 from flowlab.cluster.protocol import Signer, Verifier
-from flowlab.cluster.server import Server
 
 KEY = bytes(range(40, 72))
 TASK = "/job:worker/task:0"
@@ -52,19 +50,8 @@ def test_random_plan_is_reproducible_and_pauses_end():
     assert len([p for p in plan if p[1] == "resume"]) == len(pauses)
 
 
-@pytest.fixture
-def served():
-    server = Server(port=0, job_name="worker", task_index=0, key=KEY, transport="inproc", event_log=EventLog())
-    client = Client(KEY, transport="inproc", event_log=EventLog())
-    client.add(server.name, server.address)
-    yield server, client
-    client.close()
-    server.stop()
-    assert server.join(5)
-
-
-def test_fault_message_sets_drop_delay_corrupt_and_clear(served):
-    server, client = served
+def test_fault_message_sets_drop_delay_corrupt_and_clear(inproc_task):
+    server, client = inproc_task
     assert server._faults is None
     assert client.request(TASK, "fault", {"drop": 1.0, "seed": 1}).body["faults"]["drop"] == 1.0
     with pytest.raises(ClusterTimeoutError, match="did not answer"):

@@ -10,15 +10,9 @@ import pytest
 
 import flowlab as fl
 from flowlab import _traceback
-from flowlab.cluster.client import Client
 from flowlab.cluster.errors import Interrupted, WorkerBusyError, WorkerDiedError, WorkerUnresponsiveError
-from flowlab.cluster.events import EventLog
 from flowlab.cluster.local import restart_call
 from flowlab.cluster.magic import run_cell
-from flowlab.cluster.server import Server
-
-KEY = bytes(range(40, 72))
-
 
 # -- device strings ------------------------------------------------------------------------------
 @pytest.fixture
@@ -102,17 +96,6 @@ def test_filtering_switches_have_tensorflows_names():
 
 
 # -- cancel on a server (in-process: the exec thread is interrupted between bytecodes) -----------
-@pytest.fixture
-def server_and_client():
-    server = Server(port=0, job_name="worker", task_index=0, key=KEY, transport="inproc", event_log=EventLog())
-    client = Client(KEY, transport="inproc", event_log=EventLog())
-    client.add(server.name, server.address)
-    yield server, client
-    client.close()
-    server.stop()
-    assert server.join(5)
-
-
 def spin(seconds):
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -120,8 +103,8 @@ def spin(seconds):
     return "done"
 
 
-def test_an_interrupted_wait_cancels_the_running_and_the_queued_request(server_and_client):
-    server, client = server_and_client
+def test_an_interrupted_wait_cancels_the_running_and_the_queued_request(inproc_task):
+    server, client = inproc_task
     running = client.submit_call(server.name, spin, (60,))
     queued = client.submit_call(server.name, spin, (60,))
     timer = threading.Timer(0.5, _thread.interrupt_main)
@@ -132,8 +115,8 @@ def test_an_interrupted_wait_cancels_the_running_and_the_queued_request(server_a
     assert client.call(server.name, lambda: 7, timeout=10) == 7
 
 
-def test_a_queued_request_that_is_cancelled_never_runs(server_and_client):
-    server, client = server_and_client
+def test_a_queued_request_that_is_cancelled_never_runs(inproc_task):
+    server, client = inproc_task
     ran = []
     first = client.submit_call(server.name, spin, (0.5,))
     second = client.submit_call(server.name, ran.append, (1,))
@@ -145,8 +128,8 @@ def test_a_queued_request_that_is_cancelled_never_runs(server_and_client):
     assert client.request(server.name, "cancel", {"seq": first.seq}).body["state"] == "done"
 
 
-def test_a_busy_task_raises_naming_it_and_how_to_end_it(server_and_client):
-    server, client = server_and_client
+def test_a_busy_task_raises_naming_it_and_how_to_end_it(inproc_task):
+    server, client = inproc_task
     client.stop_hint = restart_call
     stuck = client.submit_call(server.name, spin, (3,))
     client._busy[server.name] = (stuck, time.monotonic())   # as an interrupt that got no confirmation leaves it
