@@ -88,7 +88,10 @@ class Teller:
         body = {"task": dead.task, "pid": dead.pid, "exitcode": dead.exitcode, "restart": restart}
         with monitor._lock:
             others = [s for s in monitor._tasks.values()
-                      if s is not dead and s.status in ("alive", "unresponsive", "paused") and s.address
+                      # not a paused task: its notice and the spec LocalCluster sends it on resume
+                      # (``_catch_up``) would reach it together, over two connections, in either order,
+                      # and a notice read after that spec would outlive the restart it predates
+                      if s is not dead and s.status in ("alive", "unresponsive") and s.address
                       and s.server_id and parse_task(s.task)[0] == job]
         for s in others:
             try:
