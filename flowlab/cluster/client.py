@@ -146,7 +146,6 @@ class Client:
         every request names so it cannot be replayed to another server), ask it with ``hello``."""
         task = task_name(*parse_task(task))
         self._busy.pop(task, None)
-        self._away.pop(task, None)
         with self._lock:
             old = self._peers.pop(task, None)
             if old is not None:
@@ -156,6 +155,9 @@ class Client:
                 conn.check = _checker(self.health, task)
             peer = _Peer(task, address, conn, server_id, pid)
             self._peers[task] = peer
+            # only now: a call from another thread meanwhile (a restart run by a fault schedule)
+            # still hears why the task is away, never "not connected"
+            self._away.pop(task, None)
         if server_id is None:
             try:
                 reply = self.request(task, "hello", timeout=timeout)

@@ -51,14 +51,19 @@ from .spec import ClusterSpec, parse_task, task_name
 __all__ = ["Server", "Reply", "Store", "handler", "rank", "world_size", "current_server", "key_from_env"]
 
 log = logging.getLogger("flowlab.cluster")
-_CANCEL_RETRY_S = 0.05     # a cancel that arrived during an import asks again this much later
+_CANCEL_RETRY_S = 0.05     # a cancel that arrived during an import or a ring copy asks again this much later
 _IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 
 
-def _importing(frame) -> bool:
-    """Whether ``frame`` (where a signal interrupted the exec thread) is inside an import."""
+def _uncuttable(frame) -> bool:
+    """Whether ``frame`` (where a signal interrupted the exec thread) is inside an import, or in
+    code that moves data through a shared-memory ring (``shm.NO_INTERRUPT``): cut there, either
+    would stay broken for every later call."""
+    shm = sys.modules.get("flowlab.cluster.collectives.shm")
+    rings = getattr(shm, "NO_INTERRUPT", ())      # () while shm itself is being imported
     while frame is not None:
-        if frame.f_code.co_filename in _IMPORT_FILES:
+        code = frame.f_code
+        if code.co_filename in _IMPORT_FILES or code in rings:
             return True
         frame = frame.f_back
     return False
@@ -344,11 +349,21 @@ class Server:
         except Exception:   # noqa: BLE001 - a malformed body: the handler itself will say what is wrong
             return False
 
-    def _answer(self, peer, msg, fn, send, error=None):
+    def _answer(self, peer, msg, fn, send, error=None, job=False):
+        """Run ``fn`` and send its answer. ``job``: an exec job that a ``cancel`` may interrupt:
+        it counts as running only until ``fn`` ends, so the interrupt (or a retry of one deferred
+        by an import) can never land while the reply is made and sent: a lost reply would keep
+        the client waiting, and the task busy, for good."""
         try:
             if error is not None:
                 raise error
-            out = fn(self, msg)
+            if job:
+                try:
+                    out = fn(self, msg)
+                finally:
+                    self._running = None
+            else:
+                out = fn(self, msg)
             if out is None:
                 body, bufs = None, ()
             elif out.__class__ is Reply or isinstance(out, Reply):
@@ -372,8 +387,9 @@ class Server:
         if self._faults is not None and msg.type != "fault":
             frames = self._fault_out(msg, frames)
             if frames is None:
-                return
+                return True
         send(peer, frames)
+        return True
 
     def _oneway(self, msg, fn):
         try:
@@ -400,6 +416,7 @@ class Server:
             peer, msg, fn = job
             key = (msg.sender, msg.seq)
             self._waiting.discard(key)
+            replied = False
             try:
                 if key in self._cancelled:
                     self._cancelled.discard(key)
@@ -408,11 +425,16 @@ class Server:
                     continue
                 self._running = key
                 try:
-                    self._answer(peer, msg, fn, post)
+                    replied = self._answer(peer, msg, fn, post, job=True)
                 finally:
                     self._running = None
-            except KeyboardInterrupt:   # a cancel that arrived as the job ended: the loop goes on
-                pass
+            except KeyboardInterrupt:   # a late interrupt (an exec thread's asynchronous one): answer anyway
+                if not replied:
+                    try:
+                        self._answer(peer, msg, None, post,
+                                     error=KeyboardInterrupt(f"{self.name}: cancelled by the client"))
+                    except KeyboardInterrupt:
+                        pass
             finally:
                 self._finished += 1
 
@@ -428,9 +450,9 @@ class Server:
 
     def _on_sigint(self, signum, frame):
         if self._running is not None and self._running == self._cancel_key:
-            if _importing(frame):
+            if _uncuttable(frame):
                 # an import cut in half leaves its modules broken for every later call (the lazy
-                # flowlab package, numpy): ask again shortly, once the import is done
+                # flowlab package, numpy), a ring read in half its channel: ask again shortly
                 retry = threading.Timer(_CANCEL_RETRY_S, self._resignal, args=(self._running,))
                 retry.daemon = True
                 retry.start()

@@ -13,15 +13,22 @@ What must hold:
   ``flowlab-cluster-*`` folder, no lane socket of any address it used, no ``/dev/shm`` segment
   owned by this process or any of its workers that was not there before.
 
-Opt-in for now: it runs when ``FLOWLAB_SOAK_SECONDS`` is set (e.g. 40). In 11 runs after the fixes it
-found, one seed (44444) failed twice in four tries (a stale group refusing ``native``; a cancelled
-``run`` whose worker never answered), not yet understood; until those are, a random run could turn
-CI red by chance. The regression tests it led to (test_cancel_mid_import.py,
-test_restart_while_paused.py) run in every process tier.
+Opt-in for one more round: ``FLOWLAB_SOAK_SECONDS=25`` runs it (with a fixed seed that passed in
+its last 5 runs); it should run in every process tier once it has passed on a few more machines.
+Seed 44444 used to fail in
+four ways: a pair of ranks ended on ZeroMQ after a restart (an old greeting's answer, naming a ring
+its peer had closed, was taken for a new one) so ``native`` was refused; a cancelled ``run`` never
+answered (a cancel deferred by an import landed while the reply was being made), leaving its task
+busy for good; a cancel landing inside a shared-memory ring read broke that ring for every later
+collective (``IndexError``); and a call racing a scheduled restart heard "not connected". The
+regression tests it led to (test_cancel_mid_import.py, test_restart_while_paused.py,
+test_cancel_reply_kept.py, tests/unit/test_cluster_greeting.py, tests/unit/test_cluster_ring_cancel.py)
+run in every tier.
 
-Knobs: ``FLOWLAB_SOAK_SECONDS`` (no default: unset skips the soak), ``FLOWLAB_SOAK_SEED`` (default: a fresh one, printed
-so a failure can be replayed), ``FLOWLAB_SOAK_MAX_OPS`` (default 20000). The summary line starts
-with ``soak:``; run with ``-s`` to see it.
+Knobs: ``FLOWLAB_SOAK_SECONDS`` (unset or 0 skips the soak; 25 is a good length), ``FLOWLAB_SOAK_SEED`` (default
+:data:`DEFAULT_SEED`; ``random``: a fresh one, printed so a failure can be replayed),
+``FLOWLAB_SOAK_MAX_OPS`` (default 20000). The summary line starts with ``soak:``; run with ``-s``
+to see it.
 """
 import _thread
 import collections
@@ -42,6 +49,7 @@ pytestmark = pytest.mark.process
 
 WORKERS = 3
 SECONDS = float(os.environ.get("FLOWLAB_SOAK_SECONDS") or 0)
+DEFAULT_SEED = 44444        # a seed that passed (it used to find both failures the docstring names)
 MAX_OPS = int(os.environ.get("FLOWLAB_SOAK_MAX_OPS", "20000"))
 CALL_TIMEOUT = 10.0         # cluster.call / cluster.run deadline
 ALLREDUCE_TIMEOUT = 4.0     # the collective's own deadline, inside the run
@@ -50,12 +58,14 @@ EAGER_BOUND = 30.0          # eager ops have no per-call deadline (the monitor f
 
 # remote exception names that are clear flowlab errors when a RemoteError carries them
 _CLEAR_REMOTE = {"PeerLostError", "CollectiveTimeoutError", "CollectiveMismatchError", "CollectiveError",
+                 "NativeUnavailableError",
                  "WorkerDiedError", "WorkerUnresponsiveError", "WorkerPausedError", "ClusterTimeoutError",
                  "ClusterError"}
 
 
 def _seed() -> int:
-    return int(os.environ.get("FLOWLAB_SOAK_SEED") or random.SystemRandom().randrange(1, 2**31))
+    given = os.environ.get("FLOWLAB_SOAK_SEED") or str(DEFAULT_SEED)
+    return random.SystemRandom().randrange(1, 2**31) if given == "random" else int(given)
 
 
 # -- what runs on the workers ------------------------------------------------------------------------
@@ -196,8 +206,8 @@ def _eager(i, a):
     return [float(v) for v in y.numpy()]
 
 
-@pytest.mark.skipif(not SECONDS, reason="the soak is opt-in until its two open failures are understood: "
-                                         "FLOWLAB_SOAK_SECONDS=40 runs it (see the module docstring)")
+@pytest.mark.skipif(not SECONDS, reason="the soak is opt-in for now: FLOWLAB_SOAK_SECONDS=25 runs it "
+                                         "(see the module docstring)")
 def test_soak_random_faults_every_result_correct_or_clear_and_nothing_left(make_cluster):
     seed = _seed()
     plan = make_plan(seed, SECONDS)

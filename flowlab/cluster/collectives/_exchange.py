@@ -485,11 +485,20 @@ def _reasons(gone: dict) -> str:
 
 
 def _mismatch_text(rank, mine, peer, theirs, diff) -> str:
-    lines = [f"ranks {rank} and {peer} called different collectives:",
-             f"  rank {rank} called {describe_call(mine)}",
-             f"  rank {peer} called {describe_call(theirs)}"]
     if mine.get("seq") != theirs.get("seq"):
-        lines.append(f"  (rank {peer} is at its collective #{theirs.get('seq')}, rank {rank} at #{mine.get('seq')}: "
-                     f"one of them skipped or added a call)")
+        # the counts differ: after a failed, timed-out or cancelled call, one rank may have entered
+        # (and counted) a collective the other never reached, although both run the same code
+        lines = [f"ranks {rank} and {peer} are out of step: rank {peer} is at its collective "
+                 f"#{theirs.get('seq')}, rank {rank} at #{mine.get('seq')}",
+                 f"  rank {rank} called {describe_call(mine)}",
+                 f"  rank {peer} called {describe_call(theirs)}",
+                 "  their counts of collectives drifted apart, most likely after a failed or cancelled call "
+                 "(else one rank skipped or added a call). After a call a cluster stopped, it brings the ranks "
+                 "back in step, and the next call works; if it keeps failing, cluster.restart(i) of one task "
+                 "forms the group afresh"]
+    else:
+        lines = [f"ranks {rank} and {peer} called different collectives:",
+                 f"  rank {rank} called {describe_call(mine)}",
+                 f"  rank {peer} called {describe_call(theirs)}"]
     lines += [f"  differs: {d}" for d in diff if not d.startswith("seq:")]
     return "\n".join(lines)

@@ -243,6 +243,9 @@ def _impl(algorithm, comm):
     if algorithm == "native":
         native = getattr(comm, "native", None)
         if native is None:
+            why = getattr(comm, "why_zmq", None)
+            if why is not None and getattr(comm, "formed", False):
+                raise _no_native(comm, why)
             raise ValueError(f"algorithm='native' needs a transport with collectives of its own (MPI, or the "
                              f"cluster's when all ranks share memory on one host); {comm!r} has none: use "
                              f"'ring', 'tree' or 'naive'")
@@ -252,6 +255,17 @@ def _impl(algorithm, comm):
     except (KeyError, TypeError):
         raise ValueError(f"unknown algorithm {algorithm!r}; use one of "
                          f"{', '.join([*ALGORITHMS, 'native'])}") from None
+
+
+def _no_native(comm, why):
+    """The error for ``native`` on a cluster group with some pair on ZeroMQ: which peers, and why."""
+    from .errors import NativeUnavailableError
+    peers = sorted(p for p, c in enumerate(comm.channels) if c == "zmq")
+    lines = [f"rank {p} ({comm.tasks[p]}): {why.get(p, 'its pair is on ZeroMQ')}" for p in peers]
+    return NativeUnavailableError(
+        f"algorithm='native' on rank {comm.rank} needs shared memory with every peer, but this rank talks to "
+        f"{'; '.join(lines)}. Use 'ring', 'tree' or 'naive' here; on a LocalCluster, cluster.restart({peers[0]}) "
+        f"forms the group again", None, None, comm.rank, peers)
 
 
 def _prepare(x, what):

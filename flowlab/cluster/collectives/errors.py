@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..errors import ClusterError
 
 __all__ = ["CollectiveError", "CollectiveTimeoutError", "PeerLostError", "CollectiveMismatchError",
-           "describe_call"]
+           "NativeUnavailableError", "describe_call"]
 
 
 class CollectiveError(ClusterError):
@@ -49,6 +49,12 @@ class CollectiveMismatchError(CollectiveError):
     def __init__(self, message, op=None, seq=None, rank=None, peer=None, mine=None, theirs=None):
         super().__init__(message, op, seq, rank, ())
         self.peer, self.mine, self.theirs = peer, mine, theirs
+
+
+class NativeUnavailableError(CollectiveError, ValueError):
+    """``algorithm="native"`` was asked for on a rank whose group has no native collectives (a
+    cluster's need every peer on shared memory); ``missing`` are the peers on ZeroMQ, and the
+    message says why each is."""
 
 
 def describe_call(sig: dict | None) -> str:

@@ -687,6 +687,14 @@ class Inbound(_Ring):
         super().close()
 
 
+# Code that an interrupt must not cut in half: a KeyboardInterrupt (a client's cancel) raised in
+# the middle of reading or writing a ring leaves its offsets out of step with what was moved, and
+# every later message on that ring reads garbage. A worker's SIGINT handler
+# (``Server._on_sigint``) looks for these in the interrupted stack and asks again a moment later.
+NO_INTERRUPT = frozenset({Outbound.send.__code__, Outbound.push.__code__, Outbound.box_put.__code__,
+                          Inbound.pump.__code__, Inbound.box_get.__code__, Inbound.box_done.__code__})
+
+
 class Pusher:
     """The sender's fallback for queued messages: while the owning thread is inside the
     communicator it moves them itself (``push`` in its waits); when it is not (``busy()`` is

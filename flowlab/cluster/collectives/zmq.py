@@ -108,6 +108,7 @@ class ZmqCommunicator(Communicator):
         self._shm = self.shm_unavailable is None
         self.channels: list = ["zmq"] * self.size
         self.channels[self.rank] = None
+        self.why_zmq: dict = {}         # peer -> why its pair is on ZeroMQ (for the errors that need shm)
         self._signer = Signer(server.key, self.id)
         self._verifier = Verifier(server.key, self.id)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -120,6 +121,7 @@ class ZmqCommunicator(Communicator):
         self._closed = False
         self._lock = threading.Lock()
         self._in: dict = {}             # src -> shm.Inbound (made by the greeting handler)
+        self._old_in: list = []         # Inbounds replaced by a fresh one (closed with this communicator)
         self._in_list: tuple = ()
         self._out: dict = {}            # peer -> shm.Outbound
         self._pids: dict = {}           # same-host peer -> pid
@@ -187,7 +189,7 @@ class ZmqCommunicator(Communicator):
         b = msg.body
         src = b.get("src")
         reply = {"coll_hi": True, "host": self.host, "pid": os.getpid(), "seg": None,
-                 "rx": self._rx.name if self._shm else None}
+                 "rx": self._rx.name if self._shm else None, "n": b.get("n")}
         if not (isinstance(src, int) and 0 <= src < self.size and src != self.rank):
             raise ValueError(f"rank {self.rank} got a greeting from rank {src!r} in a group of {self.size}")
         if b.get("host") != self.host:
@@ -195,7 +197,11 @@ class ZmqCommunicator(Communicator):
         self._pids[src] = b.get("pid")
         if self._shm and b.get("tx"):
             ch = self._in.get(src)
-            if ch is None or ch.owner != b.get("comm"):
+            # a new ring for a new peer communicator, or when the asker could not map the last one
+            # (``fresh``; asked again with the same number, the answer names the same ring)
+            if ch is None or ch.owner != b.get("comm") or (b.get("fresh") and ch.hello_n != b.get("n")):
+                if ch is not None:
+                    self._old_in.append(ch)     # closed with the communicator (a reader may hold it now)
                 try:
                     ch = _shm.Inbound(src, self._tx, owner=b.get("comm"))
                 except OSError as e:    # e.g. /dev/shm is full: this pair talks over ZeroMQ
@@ -203,6 +209,7 @@ class ZmqCommunicator(Communicator):
                                 self.tasks[src], e)
                     return reply
                 ch.producer = b["tx"]
+                ch.hello_n = b.get("n")
                 self._in[src] = ch
                 self._in_list = tuple(self._in.values())
             reply["seg"] = ch.name
@@ -359,7 +366,7 @@ class ZmqCommunicator(Communicator):
         if self._shm:
             _shm.poke(self._tx, self._rx.name)
             self._pusher.close()
-            for ch in list(self._out.values()) + list(self._in.values()):
+            for ch in list(self._out.values()) + list(self._in.values()) + self._old_in:
                 ch.close()
             self._rx.close()
             self._tx.close()
@@ -533,28 +540,49 @@ class ZmqCommunicator(Communicator):
                 body = self._await_reply(conn, start, deadline, peer, "id", op, seq, reached=False)
                 server_id = body.get("id") if body is not None and body.get("ok") else None
             self._ids[peer] = server_id
-            while True:
-                conn.send(self._signer.pack(HELLO_TYPE, server_id, me))
-                body = self._await_reply(conn, start, deadline, peer, "coll_hi", op, seq, reached=True,
-                                         retry_error=True)
-                if body is not None and body.get("ok"):
+            for attempt in range(_MAP_TRIES):
+                # each greeting carries its own number, echoed in the answer: an answer left over
+                # from an earlier, given-up greeting (it may name a ring its peer has since closed)
+                # is never taken for this one
+                ask = dict(me, n=_new_nonce(), fresh=attempt > 0)
+                while True:
+                    conn.send(self._signer.pack(HELLO_TYPE, server_id, ask))
+                    body = self._await_reply(conn, start, deadline, peer, "coll_hi", op, seq, reached=True,
+                                             retry_error=True, nonce=ask["n"])
+                    if body is not None and body.get("ok"):
+                        break
+                    self._check_notice(peer, op, seq)
+                    time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
+                if self._map(peer, body):
                     break
-                self._check_notice(peer, op, seq)
-                time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
             self._greeted.add(peer)
             self._heard[peer] = time.monotonic()
-            if body.get("host") != self.host:
-                continue
-            self._pids[peer] = body.get("pid")
-            if self._shm and body.get("seg") and body.get("rx"):
-                try:
-                    out = _shm.Outbound(body["seg"], body["rx"], self._tx)
-                except (OSError, ValueError) as e:
-                    log.warning("rank %d: no shared memory with %s (%s); using ZeroMQ", self.rank,
-                                self.tasks[peer], e)
-                    continue
-                self._out[peer] = out
-                self.channels[peer] = "shm"
+
+    def _map(self, peer, body) -> bool:
+        """Take a greeting's answer: map the ring it names (shared memory with ``peer``). False
+        when the ring could not be mapped (the caller asks for a fresh one); True otherwise, the
+        pair then being on shared memory, or on ZeroMQ with the reason in ``why_zmq``."""
+        if body.get("host") != self.host:
+            self.why_zmq[peer] = f"{self.tasks[peer]} runs on another host"
+            return True
+        self._pids[peer] = body.get("pid")
+        if not self._shm:
+            self.why_zmq[peer] = f"shared memory is unavailable on rank {self.rank}: {self.shm_unavailable}"
+            return True
+        if not (body.get("seg") and body.get("rx")):
+            self.why_zmq[peer] = (f"{self.tasks[peer]} made no ring for rank {self.rank} (shared memory unavailable "
+                                  f"there, or /dev/shm full: see its log)")
+            return True
+        try:
+            out = _shm.Outbound(body["seg"], body["rx"], self._tx)
+        except (OSError, ValueError) as e:
+            self.why_zmq[peer] = f"rank {self.rank} could not map the ring {self.tasks[peer]} made ({e})"
+            log.warning("rank %d: no shared memory with %s (%s)", self.rank, self.tasks[peer], e)
+            return False
+        self._out[peer] = out
+        self.channels[peer] = "shm"
+        self.why_zmq.pop(peer, None)
+        return True
 
     def _what(self, op, seq) -> str:
         if op is None:
@@ -568,7 +596,7 @@ class ZmqCommunicator(Communicator):
             raise PeerLostError(f"{self._what(op, seq)} failed while forming the group: rank {peer} {why}",
                                 op, seq, self.rank, [peer])
 
-    def _await_reply(self, conn, start, deadline, peer, key, op, seq, reached, retry_error=False):
+    def _await_reply(self, conn, start, deadline, peer, key, op, seq, reached, retry_error=False, nonce=None):
         """The body of the next reply that has ``key`` (or an error, when ``retry_error``), None
         after half a second without one (the caller asks again). Past ``deadline``: a
         :class:`CollectiveTimeoutError` naming ``peer`` (``reached``: its server had answered)."""
@@ -601,8 +629,17 @@ class ZmqCommunicator(Communicator):
                 body = self._verifier.unpack(frames).body
             except Exception:   # noqa: BLE001 - a reply we cannot read: ask again
                 return None
+            if nonce is not None and body.get("n", nonce) != nonce and (key in body or body.get("ok")):
+                continue        # the answer to an earlier greeting
             if key in body or (retry_error and not body.get("ok")):
                 return body
+
+
+_MAP_TRIES = 3              # greetings per peer whose ring cannot be mapped before the pair stays on ZeroMQ
+
+
+def _new_nonce() -> str:
+    return os.urandom(8).hex()
 
 
 def _default_timeout() -> float:
