@@ -29,7 +29,6 @@ import atexit
 import os
 import re
 import shutil
-import socket
 import stat
 import tempfile
 import threading
@@ -230,20 +229,6 @@ def _bound_unix_paths() -> set | None:
     return paths
 
 
-def _refuses(path) -> bool:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.setblocking(False)      # a live listener with a full backlog says EAGAIN instead of blocking
-    try:
-        s.connect(path)
-    except (ConnectionRefusedError, FileNotFoundError):
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-    return False
-
-
 def sweep_lanes(directory: str | None = None) -> list:
     """Remove the lane sockets of this network namespace in the lane directory that no socket is
     bound to any more (their task was killed); the names removed."""
@@ -273,7 +258,7 @@ def sweep_lanes(directory: str | None = None) -> list:
         if bound is not None:
             dead = path not in bound
         else:     # a listener between its bind and its listen refuses too: only old files
-            dead = seen - st.st_mtime > LANE_MIN_AGE_NO_PROC_S and _refuses(path)
+            dead = seen - st.st_mtime > LANE_MIN_AGE_NO_PROC_S and unix.refuses(path)
         if not dead:
             continue
         try:

@@ -191,20 +191,27 @@ def remove_if_dead(address: str) -> None:
         _unlink_if_dead(path)
 
 
-def _unlink_if_dead(path) -> None:
+def refuses(path) -> bool:
+    """Whether nobody listens on the socket file ``path`` (a connect is refused, or it is gone)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.setblocking(False)      # a live listener with a full backlog says EAGAIN instead of blocking
     try:
         s.connect(path)
     except (ConnectionRefusedError, FileNotFoundError):
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+    return False
+
+
+def _unlink_if_dead(path) -> None:
+    if refuses(path):
         try:
             os.unlink(path)
         except OSError:
             pass
-    except OSError:
-        pass
-    finally:
-        s.close()
 
 
 _open: dict = {}          # path -> inode of each lane socket this process listens on

@@ -649,14 +649,8 @@ def _default_timeout() -> float:
 
 def _alive(pid: int) -> bool:
     """Whether process ``pid`` still runs (a zombie does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] not in (b"Z", b"X")
+    from ..leftovers import owner_gone
+    return not owner_gone(pid)
 
 
 def _reason(gone: dict) -> str:
