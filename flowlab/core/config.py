@@ -19,10 +19,11 @@ from collections import namedtuple
 
 import numpy as np
 
+from . import backends as _backends
 from .backends import gpu_count
 
 __all__ = ["set_blas_threads", "get_blas_threads", "blas_info", "set_logical_devices", "list_logical_devices",
-           "list_physical_devices", "LogicalDevice", "PhysicalDevice", "set_compiled_fusion",
+           "list_physical_devices", "set_visible_devices", "get_visible_devices", "LogicalDevice", "PhysicalDevice", "set_compiled_fusion",
            "compiled_fusion_info"]
 
 _DEFAULT = "FLOWLAB_BLAS_THREADS"
@@ -139,7 +140,7 @@ def set_logical_devices(device_type: str, count: int | None) -> None:
 
 def logical_device_count(device_type: str) -> int:
     n = _logical[_kind(device_type)]
-    return gpu_count() if n is None else n
+    return len(_backends.visible_gpus()) if n is None else n
 
 
 def list_logical_devices(device_type: str | None = None) -> list:
@@ -153,6 +154,43 @@ def list_physical_devices(device_type: str | None = None) -> list:
     """The machine's devices: one CPU, and each GPU that CuPy sees."""
     kinds = ("CPU", "GPU") if device_type is None else (_kind(device_type),)
     return [PhysicalDevice(f"/physical_device:{k}:{i}", k) for k in kinds for i in range(1 if k == "CPU" else gpu_count())]
+
+
+def set_visible_devices(devices, device_type: str = "GPU") -> None:
+    """Use only ``devices`` (from ``list_physical_devices``) of ``device_type``, as TensorFlow's
+    ``tf.config.set_visible_devices``; ``set_visible_devices([], "GPU")`` hides every GPU, so that
+    ops and strategies use the CPU on a machine that has GPUs. The CPU always stays visible. Unlike
+    TensorFlow, flowlab allows this at any time (notebook cells are re-run).
+
+    >>> import flowlab as fl
+    >>> fl.config.set_visible_devices([], "GPU")
+    >>> fl.config.list_logical_devices("GPU")
+    []
+    >>> fl.config.set_visible_devices(fl.config.list_physical_devices("GPU"), "GPU")   # all again
+    """
+    kind, have = _kind(device_type), list_physical_devices(device_type)
+    devices = [devices] if isinstance(devices, PhysicalDevice) else list(devices)
+    wrong = [d for d in devices if d not in have]
+    if wrong or (kind == "CPU" and devices != have):
+        raise ValueError(f"set_visible_devices: {'the CPU cannot be hidden; ' if kind == 'CPU' else ''}"
+                         f"{wrong or devices} are not among this machine's {kind} devices {have}: pass "
+                         f"devices from fl.config.list_physical_devices({kind!r})")
+    if kind == "GPU":
+        indices = tuple(sorted({int(d.name.rpartition(":")[2]) for d in devices}))
+        _backends._visible = None if indices == tuple(range(gpu_count())) else indices
+        _devices_changed()
+
+
+def get_visible_devices(device_type: str | None = None) -> list:
+    """The physical devices this process uses (``set_visible_devices``)."""
+    kinds = ("CPU", "GPU") if device_type is None else (_kind(device_type),)
+    return [PhysicalDevice(f"/physical_device:{k}:{i}", k) for k in kinds
+            for i in ((0,) if k == "CPU" else _backends.visible_gpus())]
+
+
+def _devices_changed() -> None:
+    global _version
+    _version += 1
 
 
 def devices_version() -> int:

@@ -348,7 +348,7 @@ def place(op, input_device, stack):
         return device, REMOTE
     if device is None and input_device is None:
         return None, op.kernel
-    return device, kernel_for_device(op, device)
+    return device, kernel_for_device(op, device or DEFAULT_DEVICE)   # a scope's CPU: on the host
 
 
 # -- the placement log ------------------------------------------------------------------------

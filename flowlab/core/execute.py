@@ -226,12 +226,22 @@ def explain(op, tensors, attrs, error) -> InvalidArgumentError:
 def op_error(op, inputs, attrs, reason: str) -> InvalidArgumentError:
     """The standard error: op name, reason, inputs as dtype[shape], attributes, the user's line."""
     name = op if isinstance(op, str) else op.name
-    args = ", ".join(describe(t) for t in inputs)
+    args = ", ".join(describe(t) + _on_device(t) for t in inputs)
     shown = {k: v for k, v in attrs.items() if not isinstance(v, np.ndarray)}
     where = source_line()
     return InvalidArgumentError(
         f"{name}: {reason}\n  inputs: {args}" + (f"\n  attrs: {shown}" if shown else "") +
         (f"\n  at {where}" if where else ""), op=name, source=where)
+
+
+def _on_device(t) -> str:
+    """' on GPU:0' for an input that lives on a GPU (errors only: inputs on the host say nothing)."""
+    device = getattr(t, "_device", None)
+    value = getattr(t, "_value", None)
+    if device is None and value is not None and not isinstance(value, (np.ndarray, np.generic)):
+        from .backends import device_of_array
+        device = device_of_array(value)
+    return f" on {device.rpartition('/device:')[2]}" if device else ""
 
 
 READ_VARIABLE = defop("read_variable", lambda v: v, lambda v: (tuple(v.shape), numpy_dtype(v.dtype)), lambda c, g: (g,),

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import keyword
 
+import numpy as np
+
 from ._context import state
 from .errors import OpError
 from .execute import Tensor, explain
@@ -165,19 +167,29 @@ class Plan:
 def _wrap(array):
     t = object.__new__(Tensor)
     t._value, t._device = array, None
+    if array.__class__ is not np.ndarray and not isinstance(array, np.generic):
+        from .backends import device_of_array
+        t._device = device_of_array(array)
     return t
 
 
 def _kernel(node):
-    """The kernel for a node: where it was placed (``fl.device`` scopes while tracing) decides the
-    backend. A device that does not exist, or one on another task, is an error here, when the
-    plan is compiled, not a silent run on the local CPU."""
-    if node.device is None or not node.device:
-        return node.op.kernel
-    from .backends import kernel_for_device
+    """The kernel for a node: where it was placed (``fl.device`` scopes while tracing, colocation)
+    decides the backend. A device that does not exist, or one on another task, is an error here,
+    when the plan is compiled, not a silent run on the local CPU. Where a GPU is visible, every
+    kernel copies its inputs to its device first (backends' copy rule), host-placed ones included,
+    and an unplaced node runs where its inputs are; where none is, kernels run as they are."""
+    from .backends import kernel_for_device, visible_gpus
     from .device import DEFAULT_DEVICE, resolve
+    if not node.device:
+        if not visible_gpus():
+            return node.op.kernel
+        variable = node.attrs.get("variable")   # an update runs where its variable lives
+        return kernel_for_device(node.op, None if variable is None else (variable._device or DEFAULT_DEVICE))
     where = resolve(node.device)
-    return node.op.kernel if where == DEFAULT_DEVICE else kernel_for_device(node.op, where)
+    if where == DEFAULT_DEVICE and not visible_gpus():
+        return node.op.kernel
+    return kernel_for_device(node.op, where)
 
 
 def compile_plan(graph, fetches, feeds=(), run_stateful=True, passes=DEFAULT_PASSES) -> Plan:

@@ -19,6 +19,7 @@ from ._context import state
 from .executor import compile_plan
 from .graph import Graph, GraphTensor
 from .execute import OpDef
+from .backends import device_of_array
 from .execute import _new
 from .execute import _record as record_on_tapes
 from .shape import TensorShape
@@ -156,12 +157,13 @@ class ConcreteFunction:
         results = self._plan(*arrays)
         if self._single:
             t = _new(Tensor)
-            t._value, t._device = results[0], None
+            value = results[0]
+            t._value, t._device = value, None if value.__class__ is np.ndarray else device_of_array(value)
             return t
         flat = list(self._flat_outputs)
         for pos, value in zip(self._out_positions, results):
             t = _new(Tensor)
-            t._value, t._device = value, None
+            t._value, t._device = value, None if value.__class__ is np.ndarray else device_of_array(value)
             flat[pos] = t
         return _rebuild(self.structured_outputs, flat)
 

@@ -218,7 +218,11 @@ class Variable(Tensor):
             raise InvalidArgumentError(
                 f"{op}: variable {self.name!r} has shape {tuple(self._value.shape)} but the value has shape "
                 f"{tuple(t._value.shape)}\n  at {source_line()}", op=op)
-        return t._value
+        value = t._value
+        if value.__class__ is not self._value.__class__:   # from the host to a GPU, or back (the copy rule)
+            from .backends import to_device_of
+            value = to_device_of(self._value, value)
+        return value
 
     def _in_graph(self, value, mode):
         from ._context import state
@@ -359,12 +363,12 @@ def in_scope(t: Tensor) -> Tensor:
 def _move_to(t: Tensor, scope) -> None:
     """Tag ``t`` with the scope's device. A local device gets the value now; a task of a running
     cluster keeps it here, and it travels with each op that runs there."""
-    from .backends import backend_for_device
+    from .backends import to_device
     from .device import DEFAULT_DEVICE, remote_runner, resolve
     where = resolve(scope, allow_remote=remote_runner() is not None)
     t._device = None if where == DEFAULT_DEVICE else where
-    if t._device is not None and where.startswith("/job:localhost/replica:0/task:0/"):
-        t._value = backend_for_device(where).asarray(t._value)
+    if where.startswith("/job:localhost/replica:0/task:0/"):
+        t._value = to_device(t._value, where)
 
 
 def constant(value, dtype=None, shape=None, name=None) -> Tensor:

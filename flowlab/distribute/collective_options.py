@@ -126,7 +126,7 @@ def nccl_note(what: str) -> None:
             return
         _noted.add("nccl")
     from ..core import config
-    if config.list_physical_devices("GPU"):
+    if config.get_visible_devices("GPU"):
         where = ("flowlab has no NCCL binding: the GPUs' gradients are summed in host memory with flowlab's "
                  "ring all-reduce")
     else:

@@ -30,6 +30,7 @@ import threading
 
 import numpy as np
 
+from ..core.backends import to_numpy
 from ..core.tensor import variable_creator_scope
 from ..nn.optimizers import set_replica_hook
 from ..nn.replica_losses import compute_average_loss, set_replica_hook as set_loss_replica_hook  # noqa: F401
@@ -60,7 +61,7 @@ class ReplicaContext:
             self._step.all_reduce_sum(self.local_id, [])    # raises: not while the replicas are traced
         from ..core.tensor import convert_to_tensor
         leaves = []
-        map_structure(lambda v: leaves.append(np.asarray(convert_to_tensor(v)._value)), value)
+        map_structure(lambda v: leaves.append(to_numpy(convert_to_tensor(v)._value)), value)
         summed = self._step.all_reduce_sum(self.local_id, leaves)
         n = self.num_replicas_in_sync
         it = iter(summed)
@@ -269,7 +270,7 @@ class Strategy:
         if state().graph is not None:
             return reduce_traced(self, op, value, axis)
         from ..core.tensor import convert_to_tensor
-        parts = [np.asarray(convert_to_tensor(v)._value) for v in self.experimental_local_results(value)]
+        parts = [to_numpy(convert_to_tensor(v)._value) for v in self.experimental_local_results(value)]
         if axis is None:
             total = parts[0].astype(np.result_type(parts[0], np.float32) if op is ReduceOp.MEAN else parts[0].dtype)
             for p in parts[1:]:
@@ -310,7 +311,7 @@ class Strategy:
         pairs = list(grads_and_vars)
         live = [(g, v) for g, v in pairs if g is not None]
         from ..core.tensor import convert_to_tensor
-        grads = [np.asarray(convert_to_tensor(g)._value) for g, _ in live]
+        grads = [to_numpy(convert_to_tensor(g)._value) for g, _ in live]
         step = ctx._step
         summed = step.all_reduce_sum(ctx.local_id, grads)
         result = None

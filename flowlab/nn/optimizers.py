@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 
 from ..core import dtypes
+from ..core.backends import array_module, to_device_of
 from ..core._context import state
 from ..core.errors import InvalidArgumentError, source_line
 from ..core.execute import defop, execute
@@ -123,7 +124,10 @@ class Optimizer:
         step = int(self.iterations._value) + 1
         lr = self._lr(step - 1)
         for g, v in live:
-            self._apply_one(v, convert_to_tensor(g)._value, lr, step)
+            garr = convert_to_tensor(g)._value
+            if garr.__class__ is not v._value.__class__:   # on another device: copied to the variable's
+                garr = to_device_of(v._value, garr)
+            self._apply_one(v, garr, lr, step)
         self.iterations._value = self.iterations._value + 1
         return self.iterations
 
@@ -261,7 +265,7 @@ def _adam(value, grad, slots, lr, step, beta_1, beta_2, epsilon, own=False):
     v = beta_2 * slots["v"] + (1 - beta_2) * (grad * grad)
     # bias correction folded into the step size, as in the Adam paper's efficient form
     alpha = lr * math.sqrt(1 - beta_2 ** step) / (1 - beta_1 ** step)
-    update = np.asarray(np.sqrt(v))
+    update = array_module(v).asarray(np.sqrt(v))   # an array (sqrt of a 0-d one is a scalar), on v's device
     update += epsilon
     np.divide(m, update, out=update)
     update *= alpha

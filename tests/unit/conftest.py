@@ -4,8 +4,19 @@ import flowlab as fl
 
 
 @pytest.fixture
-def cpus():
-    """``cpus(n)`` splits this process into n logical CPU devices, undone after the test."""
+def hidden_gpus():
+    """This machine's GPUs hidden, as a TensorFlow user hides them (``set_visible_devices([], "GPU")``),
+    for tests about CPU devices that a visible GPU would change (MirroredStrategy() picks the GPUs);
+    shown again after the test."""
+    visible = fl.config.get_visible_devices("GPU")
+    fl.config.set_visible_devices([], "GPU")
+    yield
+    fl.config.set_visible_devices(visible, "GPU")
+
+
+@pytest.fixture
+def cpus(hidden_gpus):
+    """``cpus(n)`` splits this process into n logical CPU devices (and hides any GPU), undone after the test."""
     def make(n):
         fl.config.set_logical_devices("CPU", n)
     yield make

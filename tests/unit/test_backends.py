@@ -18,7 +18,7 @@ def test_device_routing():
     assert backends.backend_for_device(None) is numpy_backend
     assert backends.backend_for_device("/job:localhost/replica:0/task:0/device:CPU:0") is numpy_backend
     # a GPU runs on CuPy where there is a real one; elsewhere GPUs are logical, on numpy
-    gpu_backend = cupy_backend if backends.gpu_count() else numpy_backend
+    gpu_backend = backends.gpu_backend() if backends.visible_gpus() else numpy_backend
     assert backends.backend_for_device("/device:GPU:0") is gpu_backend
     assert backends.backend_for_device("/job:gpu/device:CPU:0") is numpy_backend
 

@@ -171,7 +171,7 @@ def test_batch_errors(tmp_path, policy):
 
 # -- through a strategy with one worker process --------------------------------------------------
 @pytest.fixture
-def two_cpus():
+def two_cpus(hidden_gpus):
     fl.config.set_logical_devices("CPU", 2)
     yield
     fl.config.set_logical_devices("CPU", None)

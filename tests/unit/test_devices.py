@@ -283,16 +283,31 @@ class _FakeCupy:
     def kernel(self, op):
         return op.kernels.get(self.name, op.kernel)
 
+    def device_count(self):
+        return 1
+
+    def owns(self, array):
+        return isinstance(array, _FakeGpuArray)
+
+    def device_of(self, array):
+        return 0
+
+    def put(self, array, gpu):
+        if isinstance(array, _FakeGpuArray):
+            return array
+        with self.xp.cuda.Device(gpu):
+            return self.xp.asarray(array)
+
     def to_numpy(self, array):
         return np.asarray(array).view(np.ndarray)
 
 
 def test_with_a_real_gpu_logical_gpus_run_on_it_and_data_moves(monkeypatch):
-    from flowlab.core import backends, config
+    from flowlab.core import backends
     fake = _FakeCupy()
-    monkeypatch.setattr(backends, "_cupy", lambda: fake)
-    monkeypatch.setattr(backends, "gpu_count", lambda: 1)
-    monkeypatch.setattr(config, "gpu_count", lambda: 1)
+    monkeypatch.setattr(backends, "_gpu", fake)        # the GPU backend, with one device, all visible
+    monkeypatch.setattr(backends, "_count", 1)
+    monkeypatch.setattr(backends, "_visible", None)
     fl.config.set_logical_devices("GPU", None)
     assert [d.name for d in fl.config.list_logical_devices("GPU")] == [GPU0]     # one per real GPU
     assert backends.backend_for_device(GPU0) is fake and backends.backend_for_device(CPU0) is backends.numpy_backend
@@ -300,7 +315,7 @@ def test_with_a_real_gpu_logical_gpus_run_on_it_and_data_moves(monkeypatch):
     x = fl.constant([[1.0, 2.0], [3.0, 4.0]])
     with fl.device("/gpu:1"):
         y = x @ x
-    assert isinstance(y._value, _FakeGpuArray) and y.device == GPU1 and fake.devices_used == [0]
+    assert isinstance(y._value, _FakeGpuArray) and y.device == GPU1 and set(fake.devices_used) == {0}
     np.testing.assert_allclose(y.numpy(), [[7.0, 10.0], [15.0, 22.0]])
     assert type(y.numpy()) is np.ndarray
     assert isinstance((y + x)._value, _FakeGpuArray)              # no scope: the GPU input's device

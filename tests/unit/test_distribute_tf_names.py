@@ -50,7 +50,7 @@ def test_experimental_names_are_the_strategies_and_enums():
         E.Estimator
 
 
-def test_communication_options_map_onto_flowlab_algorithms_and_deadline(env, fresh_notes):
+def test_communication_options_map_onto_flowlab_algorithms_and_deadline(env, fresh_notes, hidden_gpus):
     ring = ds.MultiWorkerMirroredStrategy(communication_options=E.CommunicationOptions(
         implementation=E.CommunicationImplementation.RING, timeout_seconds=7))
     assert (ring.extended._algorithm, ring.extended._timeout) == ("ring", 7.0)
@@ -254,7 +254,7 @@ def test_cross_device_ops_reduce_per_replica_values():
         assert [t.numpy().tolist() for t in ops.batch_reduce("sum", [(per, None), (per, None)])] == [[9.0, 15.0]] * 2
 
 
-def test_nccl_all_reduce_says_once_what_runs_instead(fresh_notes):
+def test_nccl_all_reduce_says_once_what_runs_instead(fresh_notes, hidden_gpus):
     with pytest.warns(UserWarning, match="NcclAllReduce: NCCL is NVIDIA's library for GPUs.*ring all-reduce"):
         ds.NcclAllReduce()
     with warnings.catch_warnings():

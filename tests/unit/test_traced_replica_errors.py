@@ -9,7 +9,7 @@ from flowlab import distribute as ds
 
 
 @pytest.fixture
-def two_cpus():
+def two_cpus(hidden_gpus):
     fl.config.set_logical_devices("CPU", 2)
     yield
     fl.debugging.disable_check_numerics()

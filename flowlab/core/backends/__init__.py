@@ -1,30 +1,31 @@
 """Array backends. A backend is one file meeting this contract:
 
-- ``name``: "numpy" or "cupy"; ``available()``: can it run here?
-- ``xp``: its array module; ``asarray(value, dtype)``; ``to_numpy(array)`` (a host copy).
+- ``name``: "numpy" or "cupy"; ``available()``: can it run here? ``device_count()``: its devices.
+- ``xp``: its array module; ``asarray(value, dtype)``; ``to_numpy(array)`` (a host copy);
+  ``owns(array)``: is this one of its arrays? ``device_of(array)``: which of its devices holds it.
 - ``kernel(op)``: the kernel to run ``op`` with; by default ``op.kernel``, which is written with
   numpy calls that CuPy also accepts (NumPy's ``__array_function__``/``__array_ufunc__`` protocols
   send them to CuPy), unless the backend registered its own in ``op.kernels``.
+
+The copy rule (TensorFlow's): an op runs on one device, and its inputs are copied there first:
+arrays from the host or another GPU, and Python or numpy constants too. ``kernel_for_device`` is
+the one place that applies it, for eager ops, graph plans and variable updates alike. Where no GPU
+is visible every array is a numpy array, and kernels are returned as they are: no copy checks.
 
 CuPy is imported only inside ``cupy_backend``; importing flowlab never needs a GPU.
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from . import numpy_backend
 
-__all__ = ["numpy_backend", "backend_for_device", "kernel_for_device", "gpu_count", "to_numpy",
-           "device_of_array", "array_module"]
+__all__ = ["numpy_backend", "backend_for_device", "kernel_for_device", "gpu_count", "visible_gpus", "to_numpy",
+           "device_of_array", "array_module", "to_device_of", "to_device"]
 
-
-def array_module(array):
-    """numpy or cupy, whichever ``array`` belongs to: for kernels that create arrays (zeros, arange)."""
-    if type(array) is np.ndarray or isinstance(array, np.generic):
-        return np
-    return _cupy().xp
+_gpu = None         # the GPU backend: cupy_backend, unless a test put a stand-in device in (_use_gpu_backend)
+_count = None       # how many GPUs it has (asked once)
+_visible = None     # the real GPUs this process uses (fl.config.set_visible_devices); None: all of them
 
 
 def _cupy():
@@ -32,40 +33,102 @@ def _cupy():
     return cupy_backend
 
 
-@functools.cache
+def gpu_backend():
+    global _gpu
+    if _gpu is None:
+        _gpu = _cupy()
+    return _gpu
+
+
+def _use_gpu_backend(backend) -> None:
+    """Put ``backend`` in the GPU's place (None: CuPy again). For tests that check the copy rule
+    without a GPU, with an array type that, like CuPy's, refuses to be mixed with numpy's."""
+    global _gpu, _count, _visible
+    _gpu, _count, _visible = backend, None, None
+    from .. import config
+    config._devices_changed()
+
+
 def gpu_count() -> int:
-    """How many real GPUs CuPy sees here: 0 without CuPy, a driver or a device. Asked once."""
-    try:
-        return _cupy().xp.cuda.runtime.getDeviceCount() if _cupy().xp is not None else 0
-    except Exception:  # noqa: BLE001 - no driver or no device: no GPU
-        return 0
+    """How many real GPUs the machine has (CuPy sees): 0 without CuPy, a driver or a device."""
+    global _count
+    if _count is None:
+        try:
+            _count = int(gpu_backend().device_count())
+        except Exception:  # noqa: BLE001 - no driver or no device: no GPU
+            _count = 0
+    return _count
+
+
+def visible_gpus() -> tuple:
+    """The real GPUs this process may use, by index (all of them unless set_visible_devices hid some)."""
+    return tuple(range(gpu_count())) if _visible is None else _visible
+
+
+def array_module(array):
+    """numpy or cupy, whichever ``array`` belongs to: for kernels that create arrays (zeros, arange)."""
+    if type(array) is np.ndarray or isinstance(array, np.generic):
+        return np
+    return gpu_backend().xp
 
 
 def backend_for_device(device):
     """The backend that runs ops placed on ``device`` (a DeviceSpec, a device string or None):
-    CuPy for a GPU where the machine has a real one; numpy for CPUs, and for the logical GPUs
-    (``fl.config.set_logical_devices``) of a machine without one."""
+    CuPy for a GPU where the process sees a real one; numpy for CPUs, and for the logical GPUs
+    (``fl.config.set_logical_devices``) of a process that sees none."""
     kind = getattr(device, "device_type", None) or (
         "GPU" if "GPU" in str(device).upper().rpartition("/")[2] else "CPU")
-    return _cupy() if kind == "GPU" and gpu_count() else numpy_backend
+    return gpu_backend() if kind == "GPU" and visible_gpus() else numpy_backend
 
 
 def kernel_for_device(op, device):
-    """``op``'s kernel on ``device``, moving its input arrays into that device's memory first.
-    Without a real GPU every array is a numpy array already, and the kernel is returned as it is.
-    Logical GPU N is real GPU N mod the number of real GPUs."""
-    if not gpu_count():
+    """``op``'s kernel on ``device``, which copies its input arrays into that device's memory first
+    (the copy rule). ``device`` None: the device of its first input that is on a GPU, else the host
+    (an op of a graph that no scope placed). Logical GPU N is visible GPU N mod their count. Where no
+    GPU is visible the kernel is returned as it is: every array is a numpy array already."""
+    visible = visible_gpus()
+    if not visible:
         return numpy_backend.kernel(op)
+    if device is None:
+        return _follow_inputs(op)
     backend = backend_for_device(device)
     kernel = backend.kernel(op)
     if backend is numpy_backend:
-        return lambda *arrays, **attrs: kernel(*[to_numpy(a) for a in arrays], **attrs)
-    xp, gpu = backend.xp, _gpu_index(device) % gpu_count()
+        return _on_host(kernel)
+    return _on_gpu(backend, kernel, visible[_gpu_index(device) % len(visible)])
+
+
+def _on_host(kernel):
+    owns = gpu_backend().owns
+
+    def on_host(*arrays, **attrs):
+        for a in arrays:
+            if owns(a):
+                arrays = [to_numpy(a) for a in arrays]
+                break
+        return kernel(*arrays, **attrs)
+    return on_host
+
+
+def _on_gpu(backend, kernel, gpu):
+    put = backend.put
 
     def on_gpu(*arrays, **attrs):
-        with xp.cuda.Device(gpu):   # NOTE: asarray copies an array that lives on another GPU
-            return kernel(*[xp.asarray(a) for a in arrays], **attrs)
+        return kernel(*[put(a, gpu) for a in arrays], **attrs)
     return on_gpu
+
+
+def _follow_inputs(op):
+    gpu = gpu_backend()
+    host, owns = op.kernel, gpu.owns
+
+    def follow(*arrays, **attrs):
+        for a in arrays:
+            if owns(a):
+                index = gpu.device_of(a)
+                return gpu.kernel(op)(*[gpu.put(b, index) for b in arrays], **attrs)
+        return host(*arrays, **attrs)
+    return follow
 
 
 def _gpu_index(device) -> int:
@@ -77,12 +140,41 @@ def _gpu_index(device) -> int:
 
 def to_numpy(array):
     """A numpy array for any backend array (copies device memory to the host)."""
+    if type(array) is np.ndarray or isinstance(array, np.generic):
+        return array
+    if _gpu is not None and _gpu.owns(array):
+        return _gpu.to_numpy(array)
     if hasattr(array, "__cuda_array_interface__"):
         return _cupy().to_numpy(array)
     return numpy_backend.to_numpy(array)
 
 
+def to_device_of(like, array):
+    """``array`` in the memory where ``like`` lives (a gradient for a variable on a GPU): itself
+    when both are numpy arrays, else a copy (to the host, or to ``like``'s GPU)."""
+    if type(like) is np.ndarray or isinstance(like, np.generic):
+        return array if type(array) is np.ndarray else to_numpy(array)
+    gpu = gpu_backend()
+    return gpu.put(array, gpu.device_of(like))
+
+
+def to_device(array, device):
+    """``array`` in the memory of ``device`` (a local device's full name): copied to the GPU that
+    runs it, or to the host for a CPU and for logical GPUs where no GPU is visible."""
+    visible = visible_gpus()
+    if backend_for_device(device) is numpy_backend:
+        return to_numpy(array)
+    return gpu_backend().put(array, visible[_gpu_index(device) % len(visible)])
+
+
 def device_of_array(array):
-    if hasattr(array, "__cuda_array_interface__"):
-        return f"/job:localhost/replica:0/task:0/device:GPU:{array.device.id}"
+    """The full device name of a GPU array (None for host arrays: the default CPU)."""
+    if type(array) is np.ndarray or isinstance(array, np.generic):
+        return None
+    gpu = gpu_backend()
+    if gpu.owns(array):
+        real = gpu.device_of(array)
+        visible = visible_gpus()
+        index = visible.index(real) if real in visible else real
+        return f"/job:localhost/replica:0/task:0/device:GPU:{index}"
     return None

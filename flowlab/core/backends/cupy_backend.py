@@ -21,6 +21,27 @@ def available() -> bool:
         return False
 
 
+def device_count() -> int:
+    return xp.cuda.runtime.getDeviceCount() if xp is not None else 0
+
+
+def owns(array) -> bool:
+    return xp is not None and array.__class__ is xp.ndarray
+
+
+def device_of(array) -> int:
+    return array.device.id
+
+
+def put(array, gpu: int):
+    """``array`` in the memory of GPU ``gpu``: itself if it is there, else a copy (from the host or
+    another GPU)."""
+    if array.__class__ is xp.ndarray and array.device.id == gpu:
+        return array
+    with xp.cuda.Device(gpu):
+        return xp.asarray(array)
+
+
 def why_unavailable() -> str:
     if xp is None:
         return f"CuPy is not importable ({type(_error).__name__}: {_error}); install flowlab[gpu]"

@@ -11,6 +11,14 @@ def available() -> bool:
     return True
 
 
+def device_count() -> int:
+    return 1
+
+
+def owns(array) -> bool:
+    return type(array) is np.ndarray or isinstance(array, np.generic)
+
+
 def asarray(value, dtype=None):
     return np.asarray(value, dtype=dtype)
 
