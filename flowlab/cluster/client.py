@@ -116,7 +116,7 @@ class Client:
     def __init__(self, key, *, transport=None, health=None, name: str = "client", event_log=None):
         from .server import _transport
         self.key = key
-        self.transport = _transport(transport)
+        self.transport = _transport(transport, key)
         self.id = new_id(name)
         self.health = health
         self.log = event_log if event_log is not None else _events.default_log()

@@ -43,7 +43,8 @@ Memory before verification: no frame may be longer than :data:`MAX_FRAME` bytes
 before it receives the rest asks :meth:`Verifier.admit` first: the signature, the address, the
 time and the replay window are checked and the buffer sizes must be exactly those the signed
 header lists, so nothing a peer announces is allocated before the header is known to be genuine
-(the local lane does this; see :mod:`.unix`).
+(the local lane does this, see :mod:`.unix`; so does TCP for a message with a frame larger than
+one ZeroMQ part, which it joins from its parts, see :mod:`.transport`).
 """
 from __future__ import annotations
 

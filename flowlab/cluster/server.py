@@ -192,7 +192,7 @@ class Server:
             import warnings
             warnings.warn(f"{self.name} listens on {self.bind}, reachable from other machines; only the "
                           f"cluster key protects it", stacklevel=2)
-        self.transport = _transport(transport)
+        self.transport = _transport(transport, self.key)
         self.protocol = protocol or self.transport.name
         self.id = new_id("server")
         self.pid = os.getpid()
@@ -578,14 +578,16 @@ def error_info(e: BaseException) -> dict:
             "traceback": "".join(traceback.format_exception(type(e), e, tb))}
 
 
-def _transport(transport):
+def _transport(transport, key=None):
+    """The transport object for ``transport``; a ZeroMQ one keyed with the cluster ``key`` (its TCP
+    handshake uses credentials derived from it: see :mod:`.transport`)."""
     if transport is None or transport == "zmq":
         from .transport import ZmqTransport
-        return ZmqTransport()
+        return ZmqTransport(key)
     if transport == "inproc":
         from .inproc import InprocTransport
         return InprocTransport()
-    return transport
+    return transport.keyed(key) if key is not None and hasattr(transport, "keyed") else transport
 
 
 # -- built-in handlers ----------------------------------------------------------------------------

@@ -262,24 +262,53 @@ def test_fuzz_the_local_lane(make_cluster, lane_env, monkeypatch, tmp_path):
     assert rounds > 50
 
 
+def chunked(msg, rng):
+    """``msg`` (a list of frames) in the TCP lane's chunked form (see transport._send_parts), with a
+    layout that lies now and then (sizes announced but not sent, or 1 GiB, or a ragged layout)."""
+    sizes = [len(f) for f in msg[1:]]
+    layout = struct.pack(f"<{len(sizes)}Q", *sizes)
+    lie = rng.randrange(4)
+    if lie == 1:
+        layout = struct.pack("<Q", 1 << 30) + layout[8:]
+    elif lie == 2:
+        layout = layout + b"\1"
+    elif lie == 3:
+        layout = struct.pack(f"<{len(sizes) + 1}Q", *sizes, MAX_FRAME_MB << 21)
+    parts = [b"", layout, msg[0]]
+    for f in msg[1:]:
+        parts += [f[i:i + 4096] for i in range(0, len(f), 4096)] or [b""]
+    return parts
+
+
 def test_fuzz_tcp(make_cluster, monkeypatch, tmp_path):
+    """The same attacks over TCP, sent through a ZeroMQ DEALER that made the keyed handshake (what
+    a peer holding the key could send: the signature still stops it), as plain and chunked
+    messages; beside it, DEALERs with no key or the wrong one, which get nothing through."""
     zmq = pytest.importorskip("zmq")
+    from flowlab.cluster import transport as T
     monkeypatch.setenv("FLOWLAB_LOCAL_LANE", "0")
     monkeypatch.setenv("FLOWLAB_MAX_FRAME_MB", str(MAX_FRAME_MB))
     c = make_cluster(workers=1)
     task = c.workers[0]
     assert c.client.lane(task) == "tcp"
     host, _, port = c.spec.address_of(task).rpartition(":")
-    attack = Attack(c, task, tmp_path, random.Random(1402))
+    rng = random.Random(1402)
+    attack = Attack(c, task, tmp_path, rng)
     ctx = zmq.Context()
-    dealer = ctx.socket(zmq.DEALER)
-    dealer.linger = 0
-    dealer.sndhwm = 100
-    dealer.connect(f"tcp://{host}:{port}")
+
+    def dealer(key):
+        d = ctx.socket(zmq.DEALER)
+        d.linger = 0
+        d.sndhwm = 100
+        T.apply_key(d, key)
+        d.connect(f"tcp://{host}:{port}")
+        return d
+
+    keyed, strangers = dealer(c.key), [dealer(None), dealer(os.urandom(32))]
     try:
-        dealer.send_multipart(attack.valid_run)
-        assert dealer.poll(10_000), "no answer to the valid run message"
-        assert P.Verifier(c.key, "client-fuzz").unpack(dealer.recv_multipart()[0:]).body["ok"]
+        keyed.send_multipart(attack.valid_run)
+        assert keyed.poll(10_000), "no answer to the valid run message"
+        assert P.Verifier(c.key, "client-fuzz").unpack(keyed.recv_multipart()[0:]).body["ok"]
 
         def send_one(msg):
             if isinstance(msg, bytes):       # raw bytes on a plain TCP connection: not even ZMTP
@@ -289,15 +318,22 @@ def test_fuzz_tcp(make_cluster, monkeypatch, tmp_path):
                     except OSError:
                         pass
                 return
+            how = rng.randrange(4)
+            d = keyed if how < 3 else strangers[rng.randrange(2)]
+            if how == 2:
+                msg = chunked(msg, rng)
             try:
-                dealer.send_multipart(msg, flags=zmq.NOBLOCK, copy=True)
+                d.send_multipart(msg, flags=zmq.NOBLOCK, copy=True)
             except zmq.Again:
                 pass
-            while dealer.poll(0):
-                dealer.recv_multipart()      # error replies to messages that passed (none should)
+            while keyed.poll(0):
+                keyed.recv_multipart()       # error replies to messages that passed (none should)
 
         rounds = _fuzz(c, send_one, attack, lambda rounds: 10)   # ZeroMQ itself drops bad framing
         assert rounds > 50
+        assert not any(d.poll(0) for d in strangers), "a peer without the key was answered"
+        assert "refused before its buffers were received" in c.logs(0)   # chunked lies were seen
     finally:
-        dealer.close(0)
+        for d in (keyed, *strangers):
+            d.close(0)
         ctx.term()

@@ -1,11 +1,12 @@
-"""Large collective results come from recycled blocks (flowlab/cluster/collectives/_buffers.py):
+"""Large collective results come from recycled blocks (flowlab/cluster/_buffers.py):
 a block is reused only once no array made from it is alive, so results the caller keeps never
 change."""
 import threading
 
 import numpy as np
 
-from flowlab.cluster.collectives import LocalGroup, _buffers, allgather, allreduce
+from flowlab.cluster import _buffers
+from flowlab.cluster.collectives import LocalGroup, allgather, allreduce
 
 
 def _addr(a):

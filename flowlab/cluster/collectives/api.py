@@ -40,9 +40,11 @@ from flowlab.core import ops as _ops
 from flowlab.core.dtypes import as_dtype
 from flowlab.core.tensor import Tensor
 
-from . import _autodiff, _buffers, naive, ring, tree
+from .. import _buffers
+from . import _autodiff, naive, ring, tree
 from ._exchange import Exchange, comm_state, default_timeout
 from .comm import Communicator, current
+from .errors import PeerLostError
 from .reductions import finish, ufunc_for
 
 __all__ = ["allreduce", "broadcast", "allgather", "reduce_scatter", "barrier", "ALGORITHMS"]
@@ -77,8 +79,12 @@ def allreduce(x, op: str = "sum", algorithm: str = "ring", comm: Communicator | 
         impl = _impl(algorithm, comm)
         if out is None:
             src, buf = _source_and_buffer(arr)
-        with _exchange(comm, "allreduce", algorithm, arr, reduce=op, timeout=left) as ex:
-            impl.allreduce(ex, buf, _even_bounds(buf.size, n), ufunc, src)
+        try:
+            with _exchange(comm, "allreduce", algorithm, arr, reduce=op, timeout=left) as ex:
+                impl.allreduce(ex, buf, _even_bounds(buf.size, n), ufunc, src)
+        except PeerLostError as e:
+            _regrouped(comm, e)
+            raise
     elif out is None:
         buf = _flat_copy(arr)
     elif buf.ctypes.data != src.ctypes.data:
@@ -106,8 +112,12 @@ def broadcast(x, root: int = 0, algorithm: str = "ring", comm: Communicator | No
     if n > 1:
         left = timeout if getattr(comm, "formed", True) else _formed(comm, "broadcast", timeout)
         impl = _impl(algorithm, comm)
-        with _exchange(comm, "broadcast", algorithm, arr, root=root, timeout=left) as ex:
-            impl.broadcast(ex, buf, root)
+        try:
+            with _exchange(comm, "broadcast", algorithm, arr, root=root, timeout=left) as ex:
+                impl.broadcast(ex, buf, root)
+        except PeerLostError as e:
+            _regrouped(comm, e)
+            raise
     out = wrap(buf.reshape(arr.shape))
     if isinstance(x, Tensor) and _autodiff.recording():
         def grad(g):
@@ -152,8 +162,12 @@ def reduce_scatter(x, op: str = "sum", algorithm: str = "ring", comm: Communicat
         left = timeout if getattr(comm, "formed", True) else _formed(comm, "reduce_scatter", timeout)
         impl = _impl(algorithm, comm)
         src, buf = _source_and_buffer(arr)
-        with _exchange(comm, "reduce_scatter", algorithm, arr, reduce=op, timeout=left) as ex:
-            impl.reduce_scatter(ex, buf, bounds, ufunc, src)
+        try:
+            with _exchange(comm, "reduce_scatter", algorithm, arr, reduce=op, timeout=left) as ex:
+                impl.reduce_scatter(ex, buf, bounds, ufunc, src)
+        except PeerLostError as e:
+            _regrouped(comm, e)
+            raise
     else:
         buf = _flat_copy(arr)
     block = buf[bounds[r]:bounds[r + 1]].copy()
@@ -182,11 +196,15 @@ def barrier(algorithm: str = "ring", comm: Communicator | None = None, timeout: 
         return
     left = timeout if getattr(comm, "formed", True) else _formed(comm, "barrier", timeout)
     impl = _impl(algorithm, comm)
-    with _exchange(comm, "barrier", algorithm, None, timeout=left) as ex:
-        if algorithm == "native":
-            impl.barrier(ex)
-        else:
-            impl.allreduce(ex, np.zeros(0, np.int8), [0] * (comm.size + 1), np.add)
+    try:
+        with _exchange(comm, "barrier", algorithm, None, timeout=left) as ex:
+            if algorithm == "native":
+                impl.barrier(ex)
+            else:
+                impl.allreduce(ex, np.zeros(0, np.int8), [0] * (comm.size + 1), np.add)
+    except PeerLostError as e:
+        _regrouped(comm, e)
+        raise
 
 
 # -- shared machinery ------------------------------------------------------------------------------
@@ -203,8 +221,12 @@ def _allgather(arr, rows_per_rank, algorithm, comm, timeout, sig_shape, name="al
     if n > 1:
         left = timeout if getattr(comm, "formed", True) else _formed(comm, name, timeout)
         impl = _impl(algorithm, comm)
-        with _exchange(comm, name, algorithm, arr, timeout=left, shape=sig_shape) as ex:
-            impl.allgather(ex, buf, bounds)
+        try:
+            with _exchange(comm, name, algorithm, arr, timeout=left, shape=sig_shape) as ex:
+                impl.allgather(ex, buf, bounds)
+        except PeerLostError as e:
+            _regrouped(comm, e)
+            raise
     return buf.reshape((sum(rows_per_rank),) + tuple(inner))
 
 
@@ -223,6 +245,25 @@ def _dtype_name(dtype) -> str:
     if name is None:
         name = _DTYPE_NAMES[dtype] = dtype.name
     return name
+
+
+def _regrouped(comm, err) -> None:
+    """When ``err`` (a lost peer) came from the cluster changing its layout under a running call
+    (``LocalCluster.add_worker`` sends every task the new ClusterSpec, then has each drop its
+    group), say so in ``err``'s message; else leave it as it is. Costs nothing unless a call fails."""
+    server, layout = getattr(comm, "server", None), getattr(comm, "_layout", None)
+    spec = getattr(server, "spec", None)
+    if spec is None or layout is None or repr(spec.as_dict()) == layout[1]:
+        return
+    size = spec.num_tasks(server.job_name)
+    how = (f"the cluster now has {size} {server.job_name} task{'s' if size != 1 else ''} where this group had "
+           f"{comm.size}, as after LocalCluster.add_worker" if size != comm.size else
+           "a task of it now listens elsewhere, as after a LocalCluster.restart that took a new port")
+    text = (f"{err.op} #{err.seq} on rank {comm.rank} was given up: the group changed ({how}), so every rank "
+            f"of the old group gives this call up. Call it again: a collective called without comm= runs on a "
+            f"new group of {size} ranks (a strategy or communicator made before the change keeps the old "
+            f"group: make a new one). What this rank saw: {err}")
+    err.args = (text,)
 
 
 def _formed(comm, op, timeout):

@@ -1,4 +1,4 @@
-"""Result buffers of large collectives, recycled once nobody holds them.
+"""Result buffers of large collectives and of large frames joined from TCP parts, recycled once nobody holds them.
 
 A collective returns a new array each call. For large tensors the fresh memory costs as much as
 the work itself: the kernel maps and zeroes every page on first touch (about as long as one more
