@@ -6,7 +6,8 @@
 names; ``hvd.callbacks`` holds the Keras callbacks. For TF1 graphs (``import flowlab.compat.v1 as
 tf``): ``hvd.DistributedOptimizer(tf.train.<Optimizer>(...))``, ``hvd.BroadcastGlobalVariablesHook``
 and ``hvd.broadcast_global_variables`` (:mod:`flowlab.horovod.graph`, loaded on first use).
-``hvd.elastic`` is not in flowlab: its names raise an error that says so.
+``hvd.elastic`` (:mod:`flowlab.horovod.elastic`): ``hvd.elastic.run`` and its states commit in memory
+and resume after a lost worker, which ``fl.distribute.run_with_recovery`` restarts.
 """
 from ..distribute.horovod import *  # noqa: F401,F403
 from ..distribute.horovod import __all__ as _names
