@@ -74,3 +74,33 @@ def run_script_ranks(script, *args, ranks: int = 2, timeout: float = 180.0, cwd=
     assert proc.returncode == 0, out
     assert not wait_gone([proc.pid], 5)
     return out
+
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def start_flowlab_run(tmp_path, body, n, *args):
+    """``flowlab run -np n`` on a script made of ``body`` (dedented), in a session of its own (so
+    :func:`finish_flowlab_run` can end the whole group); stdout and stderr together."""
+    import subprocess
+    import sys
+    import textwrap
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(body))
+    return subprocess.Popen([sys.executable, "-m", "flowlab", "run", "-np", str(n), str(script), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=_ROOT, start_new_session=True)
+
+
+def finish_flowlab_run(proc, timeout=90):
+    """``(exit code, output)`` of a :func:`start_flowlab_run`; its whole process group is killed,
+    and the test failed, when it runs past ``timeout`` seconds."""
+    import subprocess
+
+    import pytest
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"flowlab run did not finish within {timeout} s:\n{out.decode()}")
+    return proc.returncode, out.decode()

@@ -16,9 +16,30 @@ A LocalCluster sets a task's faults with a signed ``fault`` control message
 The choices come from ``random.Random(seed)``, so a test that gives a seed sees the same messages
 dropped on every run. ``fault`` messages themselves and their replies are never touched, so
 ``clear_faults`` always gets through. With no fault set the server holds ``None`` and the cost per
-message is one attribute test. Shared-memory channels between workers do not pass through the
-server, so these faults reach collectives only where they travel as messages (``channels`` says
-which); ``kill`` and ``pause`` reach everything.
+message is one attribute test.
+
+**Shared-memory channels.** Collectives between workers of one host travel through shared-memory
+rings (:mod:`.collectives.shm`), not through the server. There the same faults act on what the task
+*sends* (:func:`shm_send`, called by the collective's ``Exchange.send``, which looks at the task's
+faults once per call and pays one attribute test per send when none is set):
+
+- ``delay``: the task waits ``delay`` before each chunk it sends, so every collective it joins
+  takes at least that long, and gives the right value;
+- ``drop``: the chunk is never written, so the peer waiting for it fails at the call's deadline
+  with :class:`~.collectives.errors.CollectiveTimeoutError` naming the task's rank (and saying it
+  dropped messages on purpose), never a hang and never a wrong value;
+- ``corrupt``: shared memory carries no signature, so a flipped byte would be summed in silently.
+  While a corrupt fault is set, every chunk the task sends carries a CRC-32 of its arrays in its
+  header; a ``corrupt`` fraction of chunks has one byte flipped after the checksum was taken. The
+  receiver checks every chunk that carries a checksum and fails the call on every rank with a
+  :class:`~.collectives.errors.CollectiveError` naming the sender: a corrupted chunk is always
+  caught, never reduced. Native collectives (``algorithm="native"``) share their tensors through
+  windows and boxes, not chunks: their small messages take the same faults (so delay and drop work
+  there too), and a box whose tensor a corrupt roll hits fails the call at once on every rank with
+  a :class:`~.collectives.errors.CollectiveError` saying so.
+
+Aborts (the messages that tell peers a call failed) are never dropped, delayed or corrupted.
+``kill`` and ``pause`` reach everything.
 
 Killing, pausing and resuming are done by the cluster's process with signals; see
 :meth:`LocalCluster.pause` and :func:`random_plan` for a reproducible schedule of them.
@@ -28,7 +49,7 @@ from __future__ import annotations
 import random
 import time
 
-__all__ = ["Faults", "control", "random_plan", "flip_byte", "ACTIONS"]
+__all__ = ["Faults", "control", "random_plan", "flip_byte", "shm_send", "checksum", "ACTIONS"]
 
 ACTIONS = ("kill", "pause", "resume", "restart", "delay", "drop", "corrupt", "clear")
 
@@ -80,6 +101,76 @@ def flip_byte(frames, rng) -> list:
     if first:
         first[rng.randrange(len(first))] ^= 0xFF
     return [bytes(first), *frames[1:]]
+
+
+def checksum(arrays) -> int:
+    """CRC-32 over the bytes of ``arrays`` in order (what a chunk carries while a corrupt fault is set)."""
+    import zlib
+
+    import numpy as np
+
+    crc = 0
+    for a in arrays:
+        if a.nbytes:
+            crc = zlib.crc32(np.ascontiguousarray(a).reshape(-1).view(np.uint8), crc)
+    return crc
+
+
+def _corrupted(arrays, rng) -> list:
+    """A copy of ``arrays`` with one byte of one non-empty array flipped (the originals are untouched)."""
+    import numpy as np
+
+    full = [i for i, a in enumerate(arrays) if a.nbytes]
+    out = list(arrays)
+    if full:
+        i = full[rng.randrange(len(full))]
+        raw = np.array(arrays[i], copy=True, order="C")
+        flat = raw.reshape(-1).view(np.uint8)
+        flat[rng.randrange(flat.size)] ^= 0xFF
+        out[i] = raw
+    return out
+
+
+def shm_send(ex, peer: int, header: dict, arrays):
+    """Apply this task's faults to a collective chunk for ``peer`` (``ex``: the call's Exchange):
+    the arrays to send (perhaps a corrupted copy, with ``header["x"]`` set to the checksum), or
+    None when the chunk is dropped. Only shared-memory channels are touched here: a chunk on a
+    ZeroMQ channel is a signed message, which the receiving server's own faults act on."""
+    channels = getattr(ex.comm, "channels", None)
+    if channels is None or channels[peer] != "shm":
+        return arrays
+    faults = ex.faults
+    hit = _roll(ex, peer, "shm")
+    if hit == "drop":
+        return None
+    if faults.corrupt:
+        header["x"] = checksum(arrays)
+        if hit == "corrupt":
+            arrays = _corrupted(arrays, faults.rng)
+    return arrays
+
+
+def box_fault(ex, peer: int) -> str | None:
+    """Apply this task's faults to a native call's box for ``peer`` (:mod:`.collectives.direct`):
+    waits out a delay; ``"drop"`` (leave the box unwritten) or ``"corrupt"`` (boxes carry no
+    checksum of the tensor, so the caller fails the call rather than hand out a flipped byte) or None."""
+    return _roll(ex, peer, "shm-box")
+
+
+def _roll(ex, peer: int, channel: str) -> str | None:
+    """Wait out the task's delay, then roll its drop and corrupt dice for one send to ``peer``:
+    ``"drop"``, ``"corrupt"`` or None; a hit is recorded as a ``fault`` event and a drop counted."""
+    faults = ex.faults
+    faults.wait()
+    hit = faults.roll()
+    if hit is not None:
+        from . import events
+        t = events.now()
+        ex.log.record("fault", "dropped" if hit == "drop" else "corrupted", t, t, rank=ex.rank, peer=peer,
+                      op=ex.name, seq=ex.seq, channel=channel, direction="out")
+        if hit == "drop":
+            ex.dropped += 1
+    return hit
 
 
 def control(server, body: dict) -> dict:

@@ -17,6 +17,7 @@ next call that waits on them (see :mod:`.liveness`), with the call that starts t
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
@@ -35,6 +36,8 @@ from .protocol import dumps, new_key
 from .spec import ClusterSpec, parse_task, task_name
 
 __all__ = ["LocalCluster", "ScheduledFault", "cluster_for_target", "latest_cluster"]
+
+RECENT_FAULTS = 6     # the faults done from here that snapshot() lists (for the cluster panel)
 
 _by_target: "weakref.WeakValueDictionary[str, LocalCluster]" = weakref.WeakValueDictionary()
 
@@ -205,6 +208,12 @@ class LocalCluster:
     - ``preload``: modules each worker imports once it is ready (e.g. ``["numpy", "flowlab"]``), so
       the first ``run`` does not pay for them. Workers start without flowlab's engine loaded.
     - ``env``: extra environment variables for the workers.
+
+    Growing it: :meth:`add_worker` starts one more worker (``/job:worker/task:N``) while the
+    cluster runs. Every task gets the new ClusterSpec, ``fl.cluster.world_size()`` says N+1 and the
+    next collective forms a new group of N+1 ranks, as torchrun's rendezvous does after a
+    membership change. A collective running during the add is given up on every rank (an error
+    says the group changed): call it again. Strategies made before keep their old workers.
     """
 
     _view = "flowlab.widgets.cluster:ClusterView"
@@ -229,6 +238,7 @@ class LocalCluster:
         self._lock = threading.RLock()
         self._faults_set: dict = {}     # task -> the faults it reported set (inject)
         self._scheduled: list = []      # ScheduledFault handles
+        self._recent = collections.deque(maxlen=RECENT_FAULTS)   # (time, action, task, attrs), for views
         self._missed: set = set()       # paused tasks that missed a regroup and a new spec (told at resume)
         self._fault_since = float("-inf")   # events(clear=True) hides this cluster's older fault events
         self.closed = False
@@ -305,7 +315,11 @@ class LocalCluster:
         return log_tail(self._log_path(self._name(task)), lines) or ""
 
     def snapshot(self) -> dict:
-        """JSON-safe state for views: per task its status, pid and address."""
+        """JSON-safe state for views: per task its status, pid, address, exit code and injected
+        faults; ``scheduled``: the faults still to come, ``(after_s, action, task)``; ``recent``:
+        the last :data:`RECENT_FAULTS` faults done from here (kills, pauses, restarts, ...), oldest
+        first, each ``{"name", "task", "ago" (seconds), "attrs"}``."""
+        from .events import now
         states = {s["task"]: s for s in self._res.monitor.snapshot()} if self._res.monitor else {}
         tasks = []
         for task in self._tasks:
@@ -314,7 +328,12 @@ class LocalCluster:
             tasks.append({"task": task, "status": status, "alive": status in ("alive", "unresponsive", "paused"),
                           "pid": self.pid(task), "address": self._addresses.get(task),
                           "exitcode": s.get("exitcode"), "faults": self._faults_set.get(task)})
-        return {"closed": self.closed, "target": self._target_or_none(), "tasks": tasks}
+        t = now()
+        recent = [{"name": action, "task": task, "ago": t - at, "attrs": dict(attrs)}
+                  for at, action, task, attrs in list(self._recent)]
+        scheduled = [] if self.closed else [(s.at, s.action, s.task) for s in self._scheduled if not s.done]
+        return {"closed": self.closed, "target": self._target_or_none(), "tasks": tasks,
+                "scheduled": scheduled, "recent": recent}
 
     # -- running code --------------------------------------------------------------------------------
     def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
@@ -410,7 +429,12 @@ class LocalCluster:
 
     def corrupt(self, task, fraction: float, *, seed=None, timeout: float = 10.0) -> dict:
         """Flip a byte in ``fraction`` of the messages ``task`` receives and of the replies it sends:
-        the receiver's signature check rejects them (its ``stats["dropped"]`` counts them)."""
+        the receiver's signature check rejects them (its ``stats["dropped"]`` counts them).
+
+        Collective chunks ``task`` sends over shared memory (same-host peers) carry no signature:
+        while this fault is set they carry a CRC-32, ``fraction`` of them get a byte flipped, and
+        the receiver's check fails the collective on every rank with a ``CollectiveError`` naming
+        ``task``'s rank; a corrupted value is never reduced (see :mod:`flowlab.cluster.faults`)."""
         return self.inject(task, corrupt=fraction, seed=seed, timeout=timeout)
 
     def inject(self, task, *, delay_ms=None, drop=None, corrupt=None, seed=None, timeout: float = 10.0) -> dict:
@@ -487,6 +511,7 @@ class LocalCluster:
         from .events import now
 
         t = now()
+        self._recent.append((t, action, task, attrs))
         self._res.client.log.record("fault", action, t, t, task=task, rank=parse_task(task)[1] if task else None,
                                     cluster=id(self), **attrs)
 
@@ -519,7 +544,63 @@ class LocalCluster:
             self._spawn(name, port, tries=1 if port else None, fallback=True)
             self._res.monitor.wait_ready([name], self._start_timeout)
             self._connect(name)
+            withdraw = getattr(self._res.monitor.on_dead, "withdraw", None)
+            if old is not None and withdraw is not None:    # the death notice about the old process ends here
+                withdraw(self._res.monitor, name, old.pid)
             self._broadcast_spec()
+        self._fault_event("restart", name, **({"pid": old.pid} if old is not None else {}))
+
+    def add_worker(self, *, port: int | None = None, timeout: float | None = None) -> str:
+        """Start one more worker and return its name, ``/job:worker/task:N`` (N: the old count).
+
+        It gets the cluster's key and, like the others, a free port (``port``: try that one first);
+        once it is ready every task is sent the new ClusterSpec, and the next collective forms a new
+        group of N+1 ranks (a new communicator, as torchrun's rendezvous does after a membership
+        change). :meth:`run`, :attr:`workers`, :meth:`snapshot`, :meth:`status`, :meth:`logs`,
+        :meth:`kill`, :meth:`restart`, :meth:`pause` and :meth:`close` all include it.
+
+        A collective that is running while a worker is added is given up on every rank with a
+        ``CollectiveError`` saying the group changed (torchrun, too, stops the running workers when
+        the membership changes); call it again and it runs on the new group. A task paused now
+        catches up when it is resumed. Strategies made before keep their old worker list: make a
+        new one to use the new worker. ``timeout``: seconds to wait for it to start (default: the
+        cluster's ``start_timeout``)."""
+        self._check_open()
+        with self._lock:
+            self._check_open()
+            index = len(self.workers)
+            name = task_name("worker", index)
+            try:
+                self._spawn(name, port, tries=None)
+                self._res.monitor.wait_ready([name], self._start_timeout if timeout is None else timeout)
+                self._connect(name)
+            except BaseException as e:
+                self._drop_new(name)
+                if isinstance(e, ClusterError):
+                    raise ClusterError(f"could not add {name}: {e}", name) from e
+                raise
+            # only now is it one of the tasks: a run() from another thread meanwhile used the old ones
+            self._tasks.insert(self._tasks.index(self.workers[-1]) + 1, name)   # before any ps task
+            self._jobs["worker"] = index + 1
+            self._broadcast_spec()      # first the spec: a collective started from now on forms the new group
+            self._regroup(name)         # then drop the old groups: a collective still running is given up
+            if self._res.remote is not None:
+                self._res.remote.tasks.add(name)
+            self._fault_event("add", name)
+            return name
+
+    def _drop_new(self, name):
+        """Undo a failed :meth:`add_worker`: end the process, forget the task and its files."""
+        res = self._res
+        proc = res.procs.pop(name, None)
+        if proc is not None:
+            res.stop_procs([proc], grace=1.0)
+        res.remove_lanes([self._addresses.pop(name, None)])
+        log = res.logs.pop(name, None)
+        if log is not None:
+            log.close()
+        res.client.remove(name)
+        res.monitor.forget(name)
 
     def close(self) -> None:
         """End every task and release the sockets and the log folder (idempotent)."""
@@ -622,6 +703,8 @@ class LocalCluster:
         job = parse_task(task)[0]
         others = [t for t in self._tasks if t != task and parse_task(t)[0] == job and self.status(t) == "alive"]
         self._missed.update(t for t in self._tasks if t != task and self.status(t) == "paused")
+        self._tell_silent([t for t in self._tasks if t != task and parse_task(t)[0] == job
+                           and self.status(t) == "unresponsive"], "coll-sync", {"close": True})
         if others:
             try:
                 self._res.client.request_all(others, "coll-sync", {"close": True}, timeout=10.0)
@@ -630,5 +713,24 @@ class LocalCluster:
 
     def _broadcast_spec(self):
         body = {"cluster": self.spec.as_dict()}
+        self._tell_silent([t for t in self._tasks if self.status(t) == "unresponsive"], "spec", body)
         live = [t for t in self._tasks if self.status(t) == "alive"]
-        self._res.client.request_all(live, "spec", body, timeout=30.0)
+        try:
+            self._res.client.request_all(live, "spec", body, timeout=30.0)
+        except ClusterError as e:
+            # paused or silent since it was asked: the spec waits in its socket and is read, in order,
+            # when it runs again (a restart that had done its work used to raise WorkerPausedError here)
+            if e.task not in self._tasks or self.status(e.task) not in ("paused", "unresponsive"):
+                raise
+
+    def _tell_silent(self, tasks, type, body):
+        """Send ``type`` to tasks that are *unresponsive* (late heartbeats: a loaded machine, a long C
+        call, a SIGSTOP from elsewhere) without waiting for them: each reads it once it runs again, in
+        order after whatever this client sent it before (its reply is never awaited). Skipping them
+        left a restart's old group and death notice on them for good; waiting would hold the restart
+        up for as long as they stay silent."""
+        for t in tasks:
+            try:
+                self._res.client.submit(t, type, body)
+            except ClusterError:   # not connected, or its socket is full: the next call reports it
+                pass

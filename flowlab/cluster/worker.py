@@ -27,6 +27,8 @@ and keeps the pipe open. The child:
 
 The parent-death signal fires when the *thread* that started the worker ends, not the process, so
 the parent starts every worker from one thread that lives as long as it does (:func:`spawn`).
+The ranks of ``flowlab run`` watch their launcher with the same code (:func:`die_with_parent`,
+:func:`watch_parent` without stdin, :func:`clean_up_on_sigterm`; see :mod:`.collectives.launch`).
 
 ``flowlab worker --cluster spec.json --job worker --task 1`` runs one task from a shell instead
 (:func:`serve_task`), with the key from ``FLOWLAB_CLUSTER_KEY`` or a key file.
@@ -42,8 +44,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
-__all__ = ["command", "spawn", "child_main", "serve_task"]
+__all__ = ["command", "spawn", "child_main", "serve_task", "die_with_parent", "watch_parent", "clean_up_on_sigterm"]
 
 PARENT_POLL_S = 0.5      # how often a worker checks that its parent still runs (besides stdin and the signal)
 SWEEP_DELAY_S = 1.0      # a worker sweeps what dead processes left this long after it is ready
@@ -121,7 +124,8 @@ if hasattr(os, "register_at_fork"):
 
 
 # -- the worker's side: die with the parent --------------------------------------------------------
-def _die_with_parent(parent: int | None) -> None:
+# (also used by the ranks of ``flowlab run``, :mod:`.collectives.launch`, whose parent is the launcher)
+def die_with_parent(parent: int | None) -> None:
     """Ask for SIGKILL when the parent ends (Linux), then exit if it has ended already."""
     if sys.platform.startswith("linux"):
         try:
@@ -143,25 +147,36 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
-def _watch_parent(parent: int | None):
-    """A thread that ends this worker when its parent is gone: stdin's end of file, or a parent
-    pid that changed (something forked by the parent may still hold the pipe)."""
+def watch_parent(parent: int | None, stdin: bool = True, who: str = "flowlab worker"):
+    """A thread that ends this process when its parent is gone: a parent pid that changed (the
+    parent-death signal's backup, and what catches a parent that died while something it forked
+    still holds the pipe), and with ``stdin``, stdin's end of file (the parent closed the pipe).
+    Before it exits it removes what this process made (lane socket, shared segments)."""
     def watch():
         poller = select.poll()
-        poller.register(0, select.POLLIN | select.POLLHUP)
+        if stdin:
+            poller.register(0, select.POLLIN | select.POLLHUP)
         why = None
         while why is None:
-            if poller.poll(int(PARENT_POLL_S * 1000)):
+            if stdin and poller.poll(int(PARENT_POLL_S * 1000)):
                 try:
                     if not os.read(0, 4096):
                         why = "stdin closed (the cluster was closed, or its process is gone)"
                 except OSError:
                     why = "stdin closed (the cluster was closed, or its process is gone)"
-            elif parent and os.getppid() != parent:
+            elif not stdin:
+                time.sleep(PARENT_POLL_S)
+            if why is None and parent and os.getppid() != parent:
                 why = f"its parent (pid {parent}) is gone"
-        print(f"flowlab worker: {why}; exiting", file=sys.stderr, flush=True)
+        print(f"{who}: {why}; exiting", file=sys.stderr, flush=True)
         _exit_now(0)
     threading.Thread(target=watch, name="flowlab-parent-watch", daemon=True).start()
+
+
+def clean_up_on_sigterm() -> None:
+    """On SIGTERM, remove what this process made (lane socket, shared segments), then end as
+    SIGTERM does (main thread only)."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def _on_sigterm(signum, frame):
@@ -218,7 +233,7 @@ def _preload(modules):
 def child_main(parent: int | None = None) -> None:
     """The entry point of a LocalCluster task (stdin: one JSON line of configuration); ``parent``:
     the pid of the process that started it."""
-    _die_with_parent(parent)
+    die_with_parent(parent)
     line = b""
     while not line.endswith(b"\n"):
         chunk = os.read(0, 65536)
@@ -226,8 +241,8 @@ def child_main(parent: int | None = None) -> None:
             os._exit(0)     # the parent died before it told us anything
         line += chunk
     cfg = json.loads(line)
-    _watch_parent(parent)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    watch_parent(parent)
+    clean_up_on_sigterm()
     for entry in cfg.get("sys_path", ()):   # import what the parent can import (its sys.path edits too)
         if entry not in sys.path:
             sys.path.append(entry)

@@ -10,7 +10,8 @@ TensorFlow's other names are here too: the cross-device-ops classes (``NcclAllRe
 :mod:`.experimental` (``CommunicationOptions``, ``CommunicationImplementation``, the strategy
 aliases); ``TPUStrategy`` raises an error that says what to use instead.
 ``run_with_recovery`` runs a training function on every worker of a LocalCluster and restarts a
-worker that dies, then runs the function again (it resumes from its ``BackupAndRestore`` backup).
+worker that dies, then runs the function again (it resumes from its ``BackupAndRestore`` backup);
+with ``wait=False`` it trains in the background and returns a :class:`RecoveryRun` at once.
 
 >>> import flowlab as fl
 >>> from flowlab import distribute
@@ -25,7 +26,7 @@ from .input import DistributedDataset, DistributedDatasetFromFunction, InputCont
 from .mirrored import CentralStorageStrategy, MirroredStrategy  # noqa: F401
 from .multi_worker import MultiWorkerMirroredStrategy  # noqa: F401
 from .parameter_server import ClusterCoordinator, ParameterServerStrategy, RemoteValue  # noqa: F401
-from ._recovery import RecoveredResults, RecoveryError, Restart, run_with_recovery  # noqa: F401
+from ._recovery import RecoveredResults, RecoveryError, RecoveryRun, Restart, run_with_recovery  # noqa: F401
 from .reduce_op import ReduceOp  # noqa: F401
 from .strategy import (ReplicaContext, Strategy, compute_average_loss, get_replica_context,  # noqa: F401
                        get_strategy, has_strategy, in_cross_replica_context)
@@ -38,4 +39,4 @@ __all__ = ["Strategy", "MirroredStrategy", "CentralStorageStrategy", "MultiWorke
            "get_strategy", "has_strategy", "get_replica_context", "in_cross_replica_context",
            "compute_average_loss", "CrossDeviceOps", "NcclAllReduce", "HierarchicalCopyAllReduce",
            "ReductionToOneDevice", "TPUStrategy", "cluster_resolver", "experimental",
-           "run_with_recovery", "Restart", "RecoveryError", "RecoveredResults"]
+           "run_with_recovery", "Restart", "RecoveryError", "RecoveredResults", "RecoveryRun"]

@@ -3,37 +3,20 @@ rank or Ctrl-C ends every rank, nothing is left behind."""
 import os
 import re
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
-from _processes import gone, wait_gone
+from _processes import finish_flowlab_run, gone, start_flowlab_run, wait_gone
 
 pytestmark = pytest.mark.process
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def start(tmp_path, body, n, *args):
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(body))
-    return subprocess.Popen([sys.executable, "-m", "flowlab", "run", "-np", str(n), str(script), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+start = start_flowlab_run
+finish = finish_flowlab_run
 
 
-def finish(proc, timeout=90):
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"flowlab run did not finish within {timeout} s:\n{out.decode()}")
-    return proc.returncode, out.decode()
-
-
-def pids_in(out):
-    return [int(p) for p in re.findall(r"pid (\d+)", out)]
+def pids_in(out):      # each pid once: the launcher's root-cause lines name them again
+    return sorted({int(p) for p in re.findall(r"pid (\d+)", out)})
 
 
 SCRIPT = """\

@@ -147,11 +147,12 @@ class Exchange:
     """One collective call on one rank (a context manager: entering starts the call).
 
     A message's header is ``{"s": signature text, "q": sequence number, "t": step, "c": chunk,
-    "p": part}``; an abort is ``{"abort": info}``. ``sig`` is the full signature as a dict (made
-    when asked for: errors and the native MPI check)."""
+    "p": part}``, plus ``"x"`` (a CRC-32 of the arrays, checked on receipt) while the sender has an
+    injected corrupt fault (:func:`flowlab.cluster.faults.shm_send`); an abort is ``{"abort": info}``.
+    ``sig`` is the full signature as a dict (made when asked for: errors and the native MPI check)."""
 
     __slots__ = ("comm", "rank", "size", "seq", "name", "alg", "timeout", "deadline", "log",
-                 "st", "segment_bytes", "nbytes", "start", "text", "fields")
+                 "st", "segment_bytes", "nbytes", "start", "text", "fields", "faults", "dropped")
 
     def __init__(self, comm, op: str, alg: str, shape=None, dtype=None, reduce=None, root=None,
                  timeout=None, segment_bytes=None, nbytes: int = 0):
@@ -171,6 +172,11 @@ class Exchange:
                                             root, segment_bytes)
         self.seq = 0
         self.nbytes = nbytes
+        # injected faults of this task (cluster.delay/drop/corrupt): None unless set, so a send pays
+        # one attribute test; they reach the shared-memory channels here (see flowlab.cluster.faults)
+        server = getattr(comm, "server", None)
+        self.faults = None if server is None else getattr(server, "_faults", None)
+        self.dropped = 0
 
     @property
     def sig(self) -> dict:
@@ -218,8 +224,14 @@ class Exchange:
     # -- what algorithms call --------------------------------------------------------------------
     def send(self, peer: int, arrays, step: int, chunk=0, part: int = 0) -> None:
         t0 = now()
+        header = {"s": self.text, "q": self.seq, "t": step, "c": chunk, "p": part}
+        if self.faults is not None:
+            from ..faults import shm_send
+            arrays = shm_send(self, peer, header, arrays)
+            if arrays is None:          # dropped on purpose: the peer never sees it
+                return
         try:
-            self.comm.send(peer, {"s": self.text, "q": self.seq, "t": step, "c": chunk, "p": part}, arrays)
+            self.comm.send(peer, header, arrays)
         except PeerGone as e:
             self._lost(e)
         nbytes = 0
@@ -232,6 +244,8 @@ class Exchange:
         """The next message of this call from ``peer`` (its arrays), checked against this call."""
         t0 = now()
         header, arrays = self._next_from(peer)
+        if len(header) > 5:             # a checksum: the peer has a corrupt fault set (faults.shm_send)
+            self._check_sum(peer, header, arrays)
         if header["s"] != self.text or header["q"] != self.seq:
             self._mismatch(peer, _their_sig(header))
         if header["t"] != step or header["c"] != chunk or header["p"] != part:
@@ -244,6 +258,15 @@ class Exchange:
         self.log.record_fields("recv", self.name, t0, now(), nbytes, self.rank, _EVENT_KEYS,
                                (peer, step, chunk, part, self.seq, self.alg))
         return arrays
+
+    def _check_sum(self, peer, header, arrays) -> None:
+        from ..faults import checksum
+        want = header.get("x")
+        if want is not None and checksum(arrays) != want:
+            why = (f"the data rank {peer} sent arrived corrupted (CRC-32 mismatch; rank {peer} has an injected "
+                   f"corrupt fault, and its shared-memory chunks carry a checksum while it does)")
+            self._fail(CollectiveError(f"{self._call()} ({self.alg}) on rank {self.rank} failed: {why}",
+                                       self.name, self.seq, self.rank, (peer,)), {"kind": "error", "message": why})
 
     def reduced(self, t0: float, nbytes: int, peer: int, step: int, chunk=0, part: int = 0) -> None:
         """Record a reduction step that began at ``t0`` (``events.now()``)."""
@@ -365,13 +388,19 @@ class Exchange:
         mismatch if some rank answered from a different call (ranks waiting on each other in
         different collectives), else a timeout naming the ranks waited for that never answered."""
         alive, suspects, sigs = {self.rank}, set(waiting_for), {}
+        dropped = {self.rank: self.dropped} if self.dropped else {}    # messages dropped on purpose
         if first is not None:
             alive.add(first[0])
             suspects.update(first[1].get("waiting_for", ()))
             sigs[first[0]] = first[1].get("sig")
+            if first[1].get("dropped"):
+                dropped[first[0]] = first[1]["dropped"]
         self.st.failed_seq = max(self.st.failed_seq, self.seq)
-        self._broadcast_abort({"seq": self.seq, "op": self.name, "from": self.rank, "kind": "timeout",
-                               "waiting_for": sorted(waiting_for), "sig": self.sig})
+        info = {"seq": self.seq, "op": self.name, "from": self.rank, "kind": "timeout",
+                "waiting_for": sorted(waiting_for), "sig": self.sig}
+        if self.dropped:
+            info["dropped"] = self.dropped
+        self._broadcast_abort(info)
         end, gone = now() + grace_for(self.timeout), set()
         while True:
             left = end - now()
@@ -398,6 +427,8 @@ class Exchange:
                 suspects.update(abort.get("waiting_for", ()))
                 suspects.update(abort.get("missing", ()))
                 sigs.setdefault(src, abort.get("sig"))
+                if abort.get("dropped"):
+                    dropped[src] = abort["dropped"]
             elif abort["seq"] > self.seq:
                 self.st.aborts[abort["seq"]] = (src, abort)
         for peer in sorted(sigs):
@@ -414,6 +445,10 @@ class Exchange:
             missing = sorted(waiting_for)
             text = (f"every rank answered ({sorted(alive)}) but the call did not finish: too slow for "
                     f"the deadline, or messages were lost")
+        if dropped:
+            text += "; " + ", ".join(f"rank {r} dropped {n} message{'s' if n != 1 else ''} of this call"
+                                     for r, n in sorted(dropped.items()))
+            text += " on purpose (an injected drop fault: cluster.drop; cluster.clear_faults() removes it)"
         raise CollectiveTimeoutError(head + text, self.name, self.seq, self.rank, missing, self.timeout)
 
     def _lost(self, e: PeerGone):
@@ -497,8 +532,18 @@ def _mismatch_text(rank, mine, peer, theirs, diff) -> str:
                  "back in step, and the next call works; if it keeps failing, cluster.restart(i) of one task "
                  "forms the group afresh"]
     else:
-        lines = [f"ranks {rank} and {peer} called different collectives:",
+        lines = [f"ranks {rank} and {peer} called different collectives as their collective #{mine.get('seq')}:",
                  f"  rank {rank} called {describe_call(mine)}",
                  f"  rank {peer} called {describe_call(theirs)}"]
     lines += [f"  differs: {d}" for d in diff if not d.startswith("seq:")]
+    if mine.get("seq") == theirs.get("seq"):
+        # the same count, different calls: rank-dependent code, or two ranks in different calls of
+        # the same code (the counts start again after a restart and are evened out after a failure)
+        lines.append(f"  either the code differs between ranks (every rank must make the same collective calls in "
+                     f"the same order, with the same shape, dtype, reduction and algorithm), or ranks {rank} and "
+                     f"{peer} are out of step: one is still in, or has just begun, a call the other gave up (after a "
+                     f"cluster.restart every rank counts from #1 again, and after a failed or cancelled call the "
+                     f"counts are evened out, so the numbers can match while the calls do not). If the code is the "
+                     f"same, call again: this call was given up on every rank and the next one works; if it keeps "
+                     f"failing, cluster.restart(i) of one task forms the group afresh")
     return "\n".join(lines)

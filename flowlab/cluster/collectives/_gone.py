@@ -10,9 +10,13 @@ one-way ``task-gone`` message (task, pid, exit code, the call that restarts it);
 keeps it (:func:`note`), and the cluster's communicator (:mod:`.zmq`) looks it up while it forms
 its group and while it waits (:func:`known`).
 
-A notice holds only while the receiving task's ClusterSpec is the one it had when the notice came:
-``cluster.restart(i)`` sends a new spec once the new process is up, which makes every older
-notice void (the restarted task is reachable again).
+A notice ends in two ways. ``cluster.restart(i)``, once the new process is up, has the Teller
+*withdraw* it (:meth:`Teller.withdraw`: a ``task-gone`` message with ``back`` = the old pid) over
+the same connection the notice took, so the task reads the two in order whatever state it was in
+(alive, unresponsive, paused); a notice about the new process's own death (another pid) stays.
+And a notice holds only while the receiving task's ClusterSpec is the one it had when the notice
+came (the spec ``restart`` sends makes every older notice void): that alone was not enough,
+because the spec comes over another connection, and a busy or stopped task may read it first.
 """
 from __future__ import annotations
 
@@ -46,6 +50,11 @@ def note(server, body: dict) -> None:
     notes = server.__dict__.get("_flowlab_gone")
     if notes is None:
         notes = server.__dict__.setdefault("_flowlab_gone", {})
+    if "back" in body:      # withdrawn: that process was replaced (only the notice about that pid)
+        got = notes.get(task)
+        if got is not None and got[1].get("pid") == body["back"]:
+            del notes[task]
+        return
     notes[task] = (server.spec, dict(body))
 
 
@@ -69,9 +78,10 @@ class Teller:
     def __init__(self, transport, key):
         from ..protocol import Signer, new_id
 
-        self._transport = transport
+        self._transport = getattr(transport, "keyed", lambda k: transport)(key)   # a keyed TCP handshake
         self._signer = Signer(key, new_id("gone"))
         self._conns: dict = {}
+        self._withdrawn: dict = {}      # (task, pid) already withdrawn, oldest first: never told after that
         self._lock = threading.Lock()
 
     def __call__(self, monitor, dead) -> None:
@@ -95,12 +105,39 @@ class Teller:
                       and s.server_id and parse_task(s.task)[0] == job]
         for s in others:
             try:
-                self._send(s.address, s.server_id, body)
+                self._send(s.address, s.server_id, body, (dead.task, dead.pid))
             except Exception as e:  # noqa: BLE001 - that task learns it later, by its own means
                 log.debug("could not tell %s that %s died: %s", s.task, dead.task, e)
 
-    def _send(self, address, server_id, body):
+    def withdraw(self, monitor, task: str, pid) -> None:
+        """``task``'s process ``pid`` was replaced (``cluster.restart``): withdraw the notice about
+        it from every other task of its job that has an address, over the connection each notice
+        took (so it is read after the notice). Best effort, like the notice itself; a notice about
+        that pid that was not sent yet is never sent."""
+        from ..spec import parse_task
+
+        if pid is None:
+            return
         with self._lock:
+            self._withdrawn[(task, pid)] = None
+            if len(self._withdrawn) > 4096:     # a long-lived cluster restarted very often
+                del self._withdrawn[next(iter(self._withdrawn))]
+        job = parse_task(task)[0]
+        body = {"task": task, "back": pid}
+        with monitor._lock:
+            others = [s for s in monitor._tasks.values()
+                      if s.task != task and s.status not in ("dead", "closed") and s.address
+                      and s.server_id and parse_task(s.task)[0] == job]
+        for s in others:
+            try:
+                self._send(s.address, s.server_id, body)
+            except Exception as e:  # noqa: BLE001 - the new spec voids it as well (see the module docstring)
+                log.debug("could not withdraw the notice about %s (pid %s) from %s: %s", task, pid, s.task, e)
+
+    def _send(self, address, server_id, body, about=None):
+        with self._lock:
+            if about is not None and about in self._withdrawn:
+                return      # the restart that replaced it ran first: telling now would outlive it
             conn = self._conns.get(address)
             if conn is not None:
                 try:

@@ -127,6 +127,7 @@ class SharedMemoryCollectives:
             try:
                 win = _Window(name)
             except OSError as e:       # its maker gave the call up (and dropped the window) first
+                ex.check(rank)         # its abort (sent before it dropped the window) says why, if here
                 why = f"rank {ex.rank} could not map rank {rank}'s shared window {name} ({e.strerror or e})"
                 ex._fail(CollectiveError(f"{ex.name} #{ex.seq} ({ex.alg}) failed: {why}; rank {rank} "
                                          f"probably gave this call up", ex.name, ex.seq, ex.rank, (rank,)),
@@ -236,9 +237,12 @@ class SharedMemoryCollectives:
         crc, raw = sig
         log, name, alg, nbytes = ex.log, ex.name, ex.alg, src.nbytes
         gave_up = ex.st.failed_seq       # this rank's boxes of calls it gave up will never be read
+        faults = ex.faults               # injected faults (flowlab.cluster.faults): None unless set
         for p in range(n):
             if p != r:
                 out = comm._out[p]
+                if faults is not None and self._box_fault(ex, p):
+                    continue
                 t0 = now()
                 if not out.box_free(half, gave_up):
                     self._await(ex, lambda: out.box_free(half, gave_up), p)
@@ -270,6 +274,20 @@ class SharedMemoryCollectives:
                 ex._fail(CollectiveError(f"{ex.name} #{ticket} on rank {r} failed: rank {p} gave the call up "
                                          f"while this rank read its tensor", ex.name, ticket, r, (p,)))
             box.box_done(half, ticket)
+
+    def _box_fault(self, ex, peer) -> bool:
+        """This task has injected faults: wait out a delay; True when the box for ``peer`` is
+        dropped (left unwritten: the peer fails at the deadline); fail the call on every rank when
+        a corrupt roll hits it (a box carries no checksum of its tensor, see flowlab.cluster.faults)."""
+        from ..faults import box_fault
+
+        hit = box_fault(ex, peer)
+        if hit == "corrupt":
+            why = (f"rank {ex.rank} has an injected corrupt fault and it hit the tensor for rank {peer}; "
+                   f"shared-memory boxes carry no checksum, so the call fails instead of giving a wrong value")
+            ex._fail(CollectiveError(f"{ex.name} #{ex.seq} ({ex.alg}) on rank {ex.rank} failed: {why}", ex.name,
+                                     ex.seq, ex.rank, (ex.rank,)), {"kind": "error", "message": why})
+        return hit == "drop"
 
     def _await(self, ex, ready, peer):
         """Wait until ``ready()`` (a peer's progress in shared memory), hearing aborts, lost peers
