@@ -177,8 +177,10 @@ def test_bad_frames_against_a_live_worker_are_dropped_and_logged(make_cluster):
     c = make_cluster(workers=1)
     task = c.workers[0]
     server_id = c.client._peers[task].server_id
+    from flowlab.cluster.transport import apply_key
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.linger = 0
+    apply_key(sock, c.key)          # past the keyed TCP handshake: the frames themselves are the test
     sock.connect(f"tcp://{c.spec.task_address('worker', 0)}")
     try:
         good = P.Signer(c.key, "client-test").pack("ping", server_id)
