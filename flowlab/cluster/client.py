@@ -24,7 +24,10 @@ lines naming the task that failed first (a peer's death before the collective er
 on another rank) and what became of each other task; its ``cancelled`` and ``still_running``
 attributes list them. After a stop (failure or interrupt), the stopped tasks' collectives are
 brought back in step (``coll-sync``: every rank of a job moves to the furthest one's count of
-collectives), so the next collective matches on every rank.
+collectives), so the next collective matches on every rank. A task that failed the call by going
+silent (paused, unresponsive) is sent the cancel too: it reads it when it runs again, right behind
+the request, so that request never starts late there; its collectives are brought in step with the
+others' before the next request that runs work, once it answers again.
 """
 from __future__ import annotations
 
@@ -33,8 +36,8 @@ import threading
 import time
 
 from . import events as _events
-from .errors import (ClusterError, ClusterTimeoutError, Interrupted, ProtocolError, WorkerBusyError, describe_exit,
-                     remote_error)
+from .errors import (ClusterError, ClusterTimeoutError, Interrupted, ProtocolError, WorkerBusyError,
+                     WorkerUnresponsiveError, describe_exit, remote_error)
 from .protocol import Signer, Verifier, dumps, loads, new_id
 from .spec import ClusterSpec, parse_task, task_name
 
@@ -48,6 +51,7 @@ SYNC_TIMEOUT = 10.0         # seconds to bring the tasks' collectives back in st
 _QUEUED = frozenset(("run", "op", "partition", "push"))   # requests that queue behind running work
 _SECONDARY = frozenset(("PeerLostError", "CollectiveError", "CollectiveTimeoutError"))  # failed because a peer did
 _monotonic = time.monotonic
+_NOTHING_STOPPED = {"gone": (), "running": ()}    # an outcome of _stop for _resync that skips no task
 
 
 class Pending:
@@ -101,6 +105,12 @@ def _secondary(error) -> bool:
     return getattr(error, "remote_type", None) in _SECONDARY
 
 
+def _still_there(error) -> bool:
+    """Whether ``error`` says the task stopped answering but still exists (paused, unresponsive):
+    the request it was sent waits there, to run once the task runs again."""
+    return isinstance(error, WorkerUnresponsiveError)     # WorkerPausedError is one too
+
+
 def _first_line(error) -> str:
     return str(error).partition("\n")[0]
 
@@ -129,6 +139,7 @@ class Client:
         self.describe = None        # describe(task) -> {"pid", "status", "exit", "log_path"}: root-cause table rows
         self._busy: dict = {}       # task -> (Pending, when): interrupted work that did not stop
         self._away: dict = {}       # task -> why it was removed, said to a call that asks for it meanwhile
+        self._unsynced: dict = {}   # silent task whose work was cancelled -> the tasks of that call (see settle)
 
     @classmethod
     def connect(cls, spec, key, *, transport=None, timeout: float = 10.0) -> "Client":
@@ -173,6 +184,7 @@ class Client:
         """Forget ``task``; a call to it meanwhile raises a ClusterError that says ``why`` (e.g.
         ``"is being restarted"``), until it is added again."""
         self._busy.pop(task_name(*parse_task(task)), None)
+        self._unsynced.pop(task_name(*parse_task(task)), None)    # a new process starts a new group
         if why:
             self._away[task_name(*parse_task(task))] = why
         with self._lock:
@@ -210,6 +222,8 @@ class Client:
             peer = self._peer(task)
         if self._busy and type in _QUEUED and peer.task in self._busy:
             self._check_busy(peer, type)
+        if self._unsynced and type in _QUEUED:
+            self.settle()
         to = peer.server_id or "*"
         seq = self._signer.next_seq()
         frames = self._signer.pack(type, to, body, buffers, sign_buffers, seq)
@@ -324,11 +338,14 @@ class Client:
         are brought back in step, and the error's message says what happened to each (as its
         ``cancelled``/``still_running`` attributes do), so nothing runs on behind the error."""
         others = [p for p in others if p.type in _QUEUED]
+        silent = [failed] if failed is not None and failed.type in _QUEUED and _still_there(error) else []
         if not others:
+            if silent:
+                self._stop([], silent)
             return self._root_cause(error, failed, None)
-        outcome = self._stop(others)
+        outcome = self._stop(others, silent)
         tasks = ([failed.task] if failed is not None else []) + [p.task for p in others]
-        note = self._resync(tasks, outcome)
+        note = self._resync(tasks, outcome, silent)
         if failed is not None and _secondary(error):   # a collective that failed because a peer did:
             cause = next(iter(outcome["gone"] + [p for p in outcome["failed"] if not _secondary(p.error)]), None)
             if cause is not None:                    # name the peer's own failure first
@@ -410,14 +427,17 @@ class Client:
             log = log_tail(info.get("log_path"), 4)
         return {"task": task, "pid": pid, "state": state, "exit": how, "doing": doing, "log": log}
 
-    def _stop(self, waiting) -> dict:
+    def _stop(self, waiting, silent=()) -> dict:
         """Send each of ``waiting`` a cancel, wait up to CANCEL_WAIT s for their replies, and sort
         them: ``cancelled`` (the work stopped, here or in a collective whose peer stopped),
         ``finished`` (it had answered), ``failed`` (it answered with another error, in ``p.error``),
         ``gone`` (the task died or hung: ``p.error`` says how) and ``running`` (it did not stop:
-        marked busy)."""
+        marked busy). ``silent``: requests of tasks that stopped answering (paused, unresponsive):
+        sent the same cancel, not waited for. The task reads it when it runs again, right behind
+        the request it names, so that request never starts there (or stops at once if it had):
+        else it would run late, into the collectives of whatever call comes next."""
         cancels = []
-        for p in waiting:
+        for p in (*silent, *waiting):
             try:
                 cancels.append(self.submit(p.task, "cancel", {"seq": p.seq}))
             except Exception:   # noqa: BLE001 - a task we cannot reach: reported below as not confirmed
@@ -451,12 +471,16 @@ class Client:
                 self._busy[p.task] = (p, now)
         return outcome
 
-    def _resync(self, tasks, outcome) -> str | None:
+    def _resync(self, tasks, outcome, silent=()) -> str | None:
         """Bring the collectives of ``tasks`` (those not gone or still running) back in step: after
         a stopped call some ranks may have entered a collective that others never reached, and
         their next collectives would not match (see ``collectives._exchange.resync``). None when
-        done (or nothing to do), else a line saying what the user must do."""
-        skip = {p.task for p in outcome["gone"] + outcome["running"]}
+        done (or nothing to do), else a line saying what the user must do. A task that is silent
+        now (``silent`` requests', or gone but paused or unresponsive) joins in later: ``settle``."""
+        for p in (*silent, *outcome["gone"]):
+            if p in silent or _still_there(p.error):
+                self._unsynced[p.task] = list(tasks)
+        skip = {p.task for p in (*outcome["gone"], *outcome["running"])}
         tasks = [t for t in dict.fromkeys(tasks) if t not in skip and t in self._peers
                  and (self.health is None or self.health(t) is None)]
         if len(tasks) < 2:
@@ -479,6 +503,23 @@ class Client:
             return (f"the workers' collectives could not be brought back in step ({_first_line(e)}): the "
                     f"next collective may fail; {self._how_to_stop(tasks[0])} forms the group again")
         return None
+
+    def settle(self) -> None:
+        """Bring the collectives of each call stopped while one of its tasks was silent back in
+        step, once that task answers again (done before any request that runs work; a caller
+        that sends one call to several tasks, as ``LocalCluster.run`` does, calls it first, so no
+        task is settled between two submits of the same call). The cancel the silent task was
+        sent (see ``_stop``) may have cut a collective it had entered, so it can count one more
+        than the others, and every later collective would mismatch. Its cancel is read before the
+        ``coll-sync`` that asks its count (one connection, in order). Nothing noted: returns at once."""
+        if not self._unsynced:
+            return
+        for task, tasks in list(self._unsynced.items()):
+            problem = None if self.health is None else self.health(task)
+            if task not in self._peers or (problem is not None and not _still_there(problem)):
+                self._unsynced.pop(task, None)      # it died: its restart forms the group afresh
+            elif problem is None and self._unsynced.pop(task, None) is not None:
+                self._resync(tasks, _NOTHING_STOPPED)
 
     def _interrupt_message(self, outcome) -> str:
         what = sorted({p.type for ps in outcome.values() for p in ps})

@@ -344,6 +344,7 @@ class LocalCluster:
         self._check_open()
         client = self._res.client
         code, payload = dumps(fn), dumps((args, kwargs))
+        client.settle()             # collectives of a task that was silent in an earlier call: in step first
         pending = [client.submit(t, "run", None, [code, payload]) for t in self.workers]
         what = _fn_name(fn)
         for p in pending:
