@@ -437,7 +437,12 @@ class Listener:
                 poster.connect(self._post_addr)
                 self._posters.append(poster)
                 self._local.sock = poster
-        poster.send_multipart([peer, *frames], copy=False)
+        try:
+            poster.send_multipart([peer, *frames], copy=False)
+        except zmq.ZMQError:
+            if self._closed:      # closed meanwhile (a server's stop racing its loop's close): nothing to wake
+                return
+            raise
 
     def wake(self) -> None:
         """Make a ``recv`` waiting in another thread return None now."""

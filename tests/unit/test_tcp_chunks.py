@@ -166,3 +166,13 @@ def test_the_zap_handler_answers_200_only_for_the_credentials_of_the_domain():
     assert status(b"1.0", b"7", d, b"", b"", b"NULL") == b"400"
     assert status(b"2.0", b"7", d, b"", b"", b"PLAIN", b"flowlab", keys.password.encode()) == b"400"
     assert zap.answer([b"junk"])[2] == b"400"
+
+
+def test_waking_a_listener_that_closed_meanwhile_is_harmless():
+    """A server's stop() wakes its loop while the loop may be closing the listener on its own: the
+    wake then finds its poster closed, which must not raise (it did: ZMQError ENOTSOCK)."""
+    listener = T.Listener("127.0.0.1", 0)
+    listener.wake()              # this thread's poster exists now
+    listener.close()
+    listener.wake()
+    listener.post(b"some-peer", [b"late answer"])
