@@ -25,7 +25,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import threading
+import time
 
 from ..cluster.spec import ClusterSpec, split_address
 
@@ -113,10 +115,27 @@ def join(spec: ClusterSpec, members: list, rank: int, connect_timeout: float, so
         return comm
 
 
-def _stop(server) -> None:
-    """Stop serving this task's address, and wait (briefly) until the port is free again."""
+def _stop(server, free_within: float = 3.0) -> None:
+    """Stop serving this task's address, and wait (briefly) until the port is free again: ZeroMQ
+    closes a listening socket in its own I/O thread a moment after ``close`` returns, so a script
+    that runs again at once could find its port still taken."""
     server.stop()
     server.join(5.0)
+    try:
+        host, port = split_address(server.address)
+    except Exception:   # noqa: BLE001 - it never listened: nothing to wait for
+        return
+    deadline = time.monotonic() + free_within
+    while True:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # TIME_WAIT connections don't count
+            try:
+                probe.bind((host, port))
+                return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return
+        time.sleep(0.02)
 
 
 def _loopback(host: str) -> bool:
