@@ -1,4 +1,5 @@
-"""Notebook widgets: thin views over plain objects' ``snapshot()``. The only package that imports
-ipywidgets. A lower layer never imports this package: an object names its view as a string
-(``_view = "flowlab.widgets.<module>:<Class>"``) and ``flowlab._display.show(obj)`` builds it inside
-a kernel. Every view is constructed as ``View(obj)`` and has ``refresh()``."""
+"""Notebook widgets: anywidget views over plain objects' ``snapshot()``, the only package that imports
+ipywidgets or anywidget. A lower layer never imports this package: an object names its view as a
+string (``_view = "flowlab.widgets.<module>:<Class>"``) and ``flowlab._display`` builds it inside a
+kernel. Every view is a :class:`flowlab.widgets._view.SnapshotView`: built as ``View(obj)``, one
+synced ``snapshot`` trait, user actions as ``do_<name>`` methods, JavaScript and CSS in files here."""

@@ -38,3 +38,19 @@ def inproc_task():
     client.close()
     server.stop()
     assert server.join(5)
+
+
+
+@pytest.fixture
+def widget_comm(monkeypatch):
+    """Widgets made in the test talk to ``_widgets.RecordingComm``s; returns the list of comms made."""
+    import comm
+    from _widgets import RecordingComm
+    made = []
+
+    def create(**kwargs):
+        c = RecordingComm(**kwargs)
+        made.append(c)
+        return c
+    monkeypatch.setattr(comm, "create_comm", create)
+    return made
