@@ -11,7 +11,9 @@ name below is imported from its module on first use.
 
 - :mod:`.spec`: ``ClusterSpec``, ``config_from_env`` (``FLOWLAB_CONFIG``)
 - :mod:`.server`: ``Server`` (one task's message loop), ``rank()``, ``world_size()``
-- :mod:`.local`: ``LocalCluster`` (worker processes from a notebook cell)
+- :mod:`.local`: ``LocalCluster`` (worker processes from a notebook cell), ``clusters()`` (the open
+  ones of this process, oldest first)
+- :mod:`.launch_form`: ``launcher()``, a form that starts a LocalCluster and becomes its panel
 - :mod:`.client`: ``Client`` (signed requests to tasks)
 - :mod:`.remote`: ``RemoteTensor``, eager ops placed on tasks; :mod:`.partition`: graphs split across
   tasks (what ``Session(target)`` runs); :mod:`.task_exec`: what a task does with both
@@ -27,7 +29,8 @@ from .events import Event, EventLog, default_log  # noqa: F401
 _HOME = {
     "ClusterSpec": ".spec", "ClusterConfig": ".spec", "config_from_env": ".spec",
     "Server": ".server", "rank": ".server", "world_size": ".server", "current_server": ".server",
-    "LocalCluster": ".local", "latest_cluster": ".local", "Client": ".client", "RemoteTensor": ".remote",
+    "LocalCluster": ".local", "latest_cluster": ".local", "clusters": ".local", "launcher": ".launch_form",
+    "Client": ".client", "RemoteTensor": ".remote",
     "ClusterError": ".errors", "WorkerDiedError": ".errors", "WorkerUnresponsiveError": ".errors",
     "RemoteError": ".errors", "ClusterTimeoutError": ".errors", "ProtocolError": ".errors",
     "WorkerBusyError": ".errors", "Interrupted": ".errors", "WorkerPausedError": ".errors",

@@ -38,7 +38,7 @@ import time
 from . import events as _events
 from .errors import (ClusterError, ClusterTimeoutError, Interrupted, ProtocolError, WorkerBusyError,
                      WorkerUnresponsiveError, describe_exit, remote_error)
-from .protocol import Signer, Verifier, dumps, loads, new_id
+from .protocol import Pickled, Signer, Verifier, dumps, loads, new_id
 from .spec import ClusterSpec, parse_task, task_name
 
 __all__ = ["Client", "Pending"]
@@ -49,6 +49,8 @@ CANCEL_WAIT = 3.0           # seconds an interrupted call waits for its tasks to
 BUSY_WAIT = 0.5             # seconds a request to a busy task waits for the interrupted work to end
 SYNC_TIMEOUT = 10.0         # seconds to bring the tasks' collectives back in step after a stopped call
 _QUEUED = frozenset(("run", "op", "partition", "push"))   # requests that queue behind running work
+_BYTES = frozenset((bytes, Pickled))   # frames whose len() is their size in bytes, told apart quickly
+_RUNS = {"partition": "step"}     # what a queued request runs, for views, when the caller does not say
 _SECONDARY = frozenset(("PeerLostError", "CollectiveError", "CollectiveTimeoutError"))  # failed because a peer did
 _monotonic = time.monotonic
 _NOTHING_STOPPED = {"gone": (), "running": ()}    # an outcome of _stop for _resync that skips no task
@@ -67,13 +69,28 @@ class Pending:
         return f"<Pending {self.type} to {self.task} seq={self.seq}>"
 
 
+def _size(frame) -> int:
+    """A frame's length in bytes (a numpy array's ``len`` counts rows, its ``nbytes`` bytes)."""
+    n = getattr(frame, "nbytes", None)
+    return len(frame) if n is None else n
+
+
 class _Peer:
-    __slots__ = ("task", "address", "conn", "server_id", "lock", "stash", "pid")
+    """One task as this client reaches it. Besides the connection it counts this client's traffic
+    with the task (``msgs_out``/``bytes_out`` sent, ``msgs_in``/``bytes_in`` received: plain adds
+    under ``lock``, which every send and receive holds anyway), and knows the work in flight:
+    ``work``, the seq of the last ``run``/``op``/``partition``/``push`` request sent (None once
+    its reply came: tasks run such requests one after another, so the last reply means idle),
+    and ``running``, what that request runs (see :meth:`Client.submit`)."""
+    __slots__ = ("task", "address", "conn", "server_id", "lock", "stash", "pid",
+                 "msgs_in", "msgs_out", "bytes_in", "bytes_out", "work", "running")
 
     def __init__(self, task, address, conn, server_id=None, pid=None):
         self.task, self.address, self.conn, self.server_id, self.pid = task, address, conn, server_id, pid
         self.lock = threading.Lock()
         self.stash: dict = {}   # replies that arrived while another call was reading
+        self.msgs_in = self.msgs_out = self.bytes_in = self.bytes_out = 0
+        self.work = self.running = None
 
     def __repr__(self):
         return f"<peer {self.task} at {self.address} over {getattr(self.conn, 'lane', '?')}>"
@@ -140,6 +157,7 @@ class Client:
         self._busy: dict = {}       # task -> (Pending, when): interrupted work that did not stop
         self._away: dict = {}       # task -> why it was removed, said to a call that asks for it meanwhile
         self._unsynced: dict = {}   # silent task whose work was cancelled -> the tasks of that call (see settle)
+        self._counted: dict = {}    # task -> the traffic counts of its peer before a remove (kept over restarts)
 
     @classmethod
     def connect(cls, spec, key, *, transport=None, timeout: float = 10.0) -> "Client":
@@ -165,6 +183,9 @@ class Client:
             if self.health is not None and hasattr(conn, "check"):   # a blocked send asks it too
                 conn.check = _checker(self.health, task)
             peer = _Peer(task, address, conn, server_id, pid)
+            counted = self._counted.pop(task, None)
+            if counted is not None:     # a restarted task: its counts go on from the old process's
+                peer.msgs_in, peer.msgs_out, peer.bytes_in, peer.bytes_out = counted
             self._peers[task] = peer
             # only now: a call from another thread meanwhile (a restart run by a fault schedule)
             # still hears why the task is away, never "not connected"
@@ -189,6 +210,8 @@ class Client:
             self._away[task_name(*parse_task(task))] = why
         with self._lock:
             peer = self._peers.pop(task_name(*parse_task(task)), None)
+            if peer is not None:
+                self._counted[peer.task] = (peer.msgs_in, peer.msgs_out, peer.bytes_in, peer.bytes_out)
         if peer is not None:
             peer.conn.close()
 
@@ -205,6 +228,55 @@ class Client:
         ``"tcp"`` (ZeroMQ) or ``"inproc"``."""
         return getattr(self._peer(task).conn, "lane", "?")
 
+    def traffic(self, drain: bool = True) -> dict:
+        """Per connected task, what this client knows of it without asking it: ``{"busy": a
+        run/op/partition/push request is in flight to it, "running": what that request runs
+        (see :meth:`submit`) or None, "msgs_in", "msgs_out", "bytes_in", "bytes_out": this
+        client's messages and bytes from and to it}``. Safe from any thread, and cheap (no
+        message is sent). ``drain``: first read the replies already waiting on connections that
+        no call is reading now (a request submitted and not yet collected, as a parameter-server
+        step is), so a task that has answered shows idle; they are kept for their callers."""
+        out = {}
+        for task, peer in list(self._peers.items()):
+            if drain and peer.work is not None and peer.lock.acquire(blocking=False):
+                try:
+                    self._read_waiting(peer)
+                except Exception:   # noqa: BLE001 - a connection that fails is reported by its next call
+                    pass
+                finally:
+                    peer.lock.release()
+            work = peer.work
+            out[task] = {"busy": work is not None, "running": peer.running if work is not None else None,
+                         "msgs_in": peer.msgs_in, "msgs_out": peer.msgs_out,
+                         "bytes_in": peer.bytes_in, "bytes_out": peer.bytes_out}
+        return out
+
+    def _read_waiting(self, peer) -> None:
+        """Stash every reply ``peer``'s connection holds now (``peer.lock`` held; no wait)."""
+        frames = peer.conn.recv(0)
+        while frames is not None:
+            self._count_in(peer, frames)
+            try:
+                m = self._verifier.unpack(frames)
+            except ProtocolError as e:
+                self._dropped(peer, e)
+            else:
+                re = m.body.get("re")
+                if re == peer.work:
+                    peer.work = None
+                peer.stash[re] = m
+                if len(peer.stash) > 1000:
+                    peer.stash.pop(next(iter(peer.stash)))
+            frames = peer.conn.recv(0)
+
+    @staticmethod
+    def _count_in(peer, frames) -> None:
+        size = 0
+        for f in frames:
+            size += len(f) if f.__class__ in _BYTES else _size(f)
+        peer.msgs_in += 1
+        peer.bytes_in += size
+
     @property
     def stats(self) -> dict:
         """``{"lanes": {task: lane}, "dropped": replies dropped}``."""
@@ -215,8 +287,11 @@ class Client:
         return task in self._peers
 
     # -- requests ------------------------------------------------------------------------------
-    def submit(self, task: str, type: str, body=None, buffers=(), sign_buffers: bool = False) -> Pending:
-        """Send one request to ``task`` without waiting for its reply."""
+    def submit(self, task: str, type: str, body=None, buffers=(), sign_buffers: bool = False,
+               what: str | None = None) -> Pending:
+        """Send one request to ``task`` without waiting for its reply. ``what``: what it runs there
+        (a function's name), for views (:meth:`traffic`) and error reports; an ``op`` request
+        names its op type, a ``partition`` request is a ``step``, others their type."""
         peer = self._peers.get(task)
         if peer is None:
             peer = self._peer(task)
@@ -227,9 +302,20 @@ class Client:
         to = peer.server_id or "*"
         seq = self._signer.next_seq()
         frames = self._signer.pack(type, to, body, buffers, sign_buffers, seq)
+        size = 0
+        for f in frames:
+            size += len(f) if f.__class__ in _BYTES else _size(f)
         with peer.lock:
             peer.conn.send(frames)
-        return Pending(task, seq, type, _monotonic())
+            peer.msgs_out += 1
+            peer.bytes_out += size
+            if type in _QUEUED:
+                peer.work = seq
+                peer.running = what or (body.get("op") if type == "op" and body else _RUNS.get(type, type))
+        pending = Pending(task, seq, type, _monotonic())
+        if what is not None:
+            pending.what = what
+        return pending
 
     def result(self, pending: Pending, timeout: float | None = DEFAULT_TIMEOUT):
         """The reply to ``pending``; raises RemoteError if the handler raised, the health error if
@@ -297,12 +383,19 @@ class Client:
                 return msg
             frames = peer.conn.recv(wait)
             while frames is not None:
+                size = 0
+                for f in frames:
+                    size += len(f) if f.__class__ in _BYTES else _size(f)
+                peer.msgs_in += 1
+                peer.bytes_in += size
                 try:
                     m = self._verifier.unpack(frames)
                 except ProtocolError as e:
                     self._dropped(peer, e)
                 else:
                     re = m.body.get("re")
+                    if re == peer.work:       # the last work sent to it is answered: idle
+                        peer.work = None
                     if re == seq:
                         return m
                     peer.stash[re] = m
@@ -568,7 +661,8 @@ class Client:
 
     def submit_call(self, task, fn, args=(), kwargs=None, code=None) -> Pending:
         """Send ``fn(*args, **kwargs)`` to ``task`` (``code``: ``dumps(fn)`` made once for many)."""
-        return self.submit(task, "run", None, [code or dumps(fn), dumps((tuple(args), kwargs or {}))])
+        return self.submit(task, "run", None, [code or dumps(fn), dumps((tuple(args), kwargs or {}))],
+                           what=getattr(fn, "__qualname__", None) or type(fn).__name__)
 
     def gather(self, pendings, timeout: float | None = None) -> list:
         """The unpickled results of ``run`` requests, in the order given."""

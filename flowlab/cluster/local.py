@@ -35,7 +35,7 @@ from .liveness import Monitor, log_tail
 from .protocol import dumps, new_key
 from .spec import ClusterSpec, parse_task, task_name
 
-__all__ = ["LocalCluster", "ScheduledFault", "cluster_for_target", "latest_cluster"]
+__all__ = ["LocalCluster", "ScheduledFault", "cluster_for_target", "clusters", "latest_cluster"]
 
 RECENT_FAULTS = 6     # the faults done from here that snapshot() lists (for the cluster panel)
 
@@ -51,6 +51,22 @@ def cluster_for_target(target: str) -> "LocalCluster | None":
     if isinstance(target, str) and target.startswith("grpc://"):
         target = "flowlab://" + target[len("grpc://"):]
     return _by_target.get(target)
+
+
+def clusters() -> list:
+    """The LocalClusters of this process that are still open, oldest first (held weakly: a
+    closed or collected cluster drops out). A panel uses it to find a cluster started earlier."""
+    out = []
+    for ref in list(_started):
+        cluster = ref()
+        if cluster is None:
+            try:
+                _started.remove(ref)
+            except ValueError:     # another thread pruned it first
+                pass
+        elif not cluster.closed:
+            out.append(cluster)
+    return out
 
 
 def latest_cluster() -> "LocalCluster | None":
@@ -189,6 +205,50 @@ class ScheduledFault:
         return f"<ScheduledFault {self.action} {self.task} at +{self.at:g} s ({state})>"
 
 
+def _read_dump(path, timeout) -> "str | None":
+    """The stack dump a worker writes to ``path`` from its signal handler: once something is
+    there, wait until it has stopped growing for QUIET seconds (the handler writes it in one go,
+    thread after thread); None if nothing came within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    size, still = 0, None
+    while True:
+        try:
+            now_size = os.path.getsize(path)
+        except OSError:
+            now_size = 0
+        t = time.monotonic()
+        if now_size and now_size == size:
+            if still is None:
+                still = t
+            elif t - still >= _QUIET:
+                break
+        else:
+            size, still = now_size, None
+        if t >= deadline:
+            if not size:
+                return None
+            break
+        time.sleep(0.01)
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", "replace")
+
+
+def _main_first(dump: str) -> str:
+    """faulthandler's dump with the main thread's block first (the one that runs the user's code:
+    its stack goes down to ``serve_exec``), named so; the others after it, as they came."""
+    blocks = [b for b in dump.strip("\n").split("\n\n") if b.strip()]
+    main = next((b for b in blocks if "in serve_exec" in b), None)
+    if main is None:
+        return dump.rstrip() + "\n"
+    head, sep, rest = main.partition("\n")
+    ident = next((w for w in head.split() if w.startswith("0x")), "")
+    main = f"Main thread {ident} (runs your code):{sep}{rest}"
+    return "\n\n".join([main] + [b for b in blocks if "in serve_exec" not in b]) + "\n"
+
+
+_QUIET = 0.05     # seconds a stack dump must stay the same size to count as complete
+
+
 def _close_stdin(p):
     try:
         if p.stdin is not None and not p.stdin.closed:
@@ -241,6 +301,10 @@ class LocalCluster:
         self._recent = collections.deque(maxlen=RECENT_FAULTS)   # (time, action, task, attrs), for views
         self._missed: set = set()       # paused tasks that missed a regroup and a new spec (told at resume)
         self._fault_since = float("-inf")   # events(clear=True) hides this cluster's older fault events
+        from ._usage import Usage
+        self._usage = Usage()           # CPU, memory and activity history per task, for snapshot()
+        self._traffic: dict = {}        # task -> the client's last traffic counts (kept once it closes)
+        self._stack_lock = threading.Lock()
         self.closed = False
         try:
             from .leftovers import folder_prefix   # flowlab-cluster-<owner>-: swept once the owner is gone
@@ -315,25 +379,97 @@ class LocalCluster:
         return log_tail(self._log_path(self._name(task)), lines) or ""
 
     def snapshot(self) -> dict:
-        """JSON-safe state for views: per task its status, pid, address, exit code and injected
-        faults; ``scheduled``: the faults still to come, ``(after_s, action, task)``; ``recent``:
-        the last :data:`RECENT_FAULTS` faults done from here (kills, pauses, restarts, ...), oldest
-        first, each ``{"name", "task", "ago" (seconds), "attrs"}``."""
+        """JSON-safe state for views (cheap and thread-safe: a panel calls it every 0.5 s from a
+        thread while cells run; it sends nothing to the tasks). Per task (``tasks``):
+
+        - ``task``, ``status`` (``starting``, ``alive``, ``unresponsive``, ``paused``, ``dead``,
+          ``closed``), ``alive``, ``pid``, ``address``, ``exitcode``, ``faults`` (injected ones);
+        - ``activity``: ``"busy"`` while a request from this process runs there (``cluster.run``,
+          an eager op placed there, a graph step), ``"idle"``, None when it does not run;
+          ``running``: what that request runs (the function's qualified name, the op type,
+          ``"step"``), else None;
+        - ``cpu``: percent of one core since the previous sample, ``rss``: resident bytes (None
+          where they cannot be read, or when it does not run);
+        - ``msgs_in``, ``msgs_out``, ``bytes_in``, ``bytes_out``: this process's messages from and
+          to it (kept across restarts);
+        - ``history``: the last 30 samples (one per 0.5 s or more, taken when this is called) of
+          its CPU percent; ``history_unit`` at the top says so (``"msgs/s"`` where CPU cannot be read).
+
+        ``scheduled``: the faults still to come, ``(after_s, action, task)``; ``recent``: the last
+        :data:`RECENT_FAULTS` faults done from here (kills, pauses, restarts, ...), oldest first,
+        each ``{"name", "task", "ago" (seconds), "attrs"}``."""
         from .events import now
         states = {s["task"]: s for s in self._res.monitor.snapshot()} if self._res.monitor else {}
-        tasks = []
-        for task in self._tasks:
+        names = list(self._tasks)
+        client = self._res.client
+        if client is not None and not self.closed:
+            self._traffic.update(client.traffic())
+        rows = []
+        for task in names:
             s = states.get(task, {})
             status = "closed" if self.closed else s.get("status", "starting")
-            tasks.append({"task": task, "status": status, "alive": status in ("alive", "unresponsive", "paused"),
-                          "pid": self.pid(task), "address": self._addresses.get(task),
-                          "exitcode": s.get("exitcode"), "faults": self._faults_set.get(task)})
+            proc = self._res.procs.get(task)
+            rows.append((task, status, proc.pid if proc is not None else None))
+        runs = ("alive", "unresponsive", "paused")
+        msgs = {t: self._traffic[t]["msgs_in"] + self._traffic[t]["msgs_out"] for t, _, _ in rows if t in self._traffic}
+        usage = self._usage.sample({t: pid if st in runs else None for t, st, pid in rows}, msgs)
+        tasks = []
+        for task, status, pid in rows:
+            s, traffic, use = states.get(task, {}), self._traffic.get(task, {}), usage[task]
+            runs_now = status in runs
+            busy = traffic.get("busy", False) and runs_now
+            tasks.append({"task": task, "status": status, "alive": runs_now, "pid": pid,
+                          "address": self._addresses.get(task), "exitcode": s.get("exitcode"),
+                          "faults": self._faults_set.get(task),
+                          "activity": ("busy" if busy else "idle") if runs_now else None,
+                          "running": traffic.get("running") if busy else None,
+                          "cpu": use["cpu"] if runs_now else None, "rss": use["rss"] if runs_now else None,
+                          "msgs_in": traffic.get("msgs_in", 0), "msgs_out": traffic.get("msgs_out", 0),
+                          "bytes_in": traffic.get("bytes_in", 0), "bytes_out": traffic.get("bytes_out", 0),
+                          "history": use["history"]})
         t = now()
         recent = [{"name": action, "task": task, "ago": t - at, "attrs": dict(attrs)}
                   for at, action, task, attrs in list(self._recent)]
-        scheduled = [] if self.closed else [(s.at, s.action, s.task) for s in self._scheduled if not s.done]
+        scheduled = [] if self.closed else [(s.at, s.action, s.task) for s in list(self._scheduled) if not s.done]
         return {"closed": self.closed, "target": self._target_or_none(), "tasks": tasks,
-                "scheduled": scheduled, "recent": recent}
+                "scheduled": scheduled, "recent": recent, "history_unit": self._usage.unit}
+
+    def stack(self, task, timeout: float = 2.0) -> str:
+        """The current Python stack of every thread of ``task``'s process, most recent call first,
+        also while it is busy in a long computation or stuck in C code (the worker registered
+        :func:`faulthandler.register` for :data:`~flowlab.cluster.worker.STACK_SIGNAL` at start,
+        so it writes its stack from the signal handler, without the interpreter's help). Raises
+        a WorkerDiedError for a dead task, a WorkerPausedError for a paused one (a stopped
+        process runs nothing, not even that handler: resume it first), a ClusterTimeoutError if
+        nothing came within ``timeout`` seconds."""
+        from .errors import ClusterTimeoutError
+        from .worker import STACK_SIGNAL
+
+        self._check_open()
+        name = self._name(task)
+        status = self.status(name)
+        if status in ("dead", "paused"):
+            error = self._res.monitor.problem(name)
+            if status == "dead":
+                text = f"no stack to show: {str(error).partition(chr(10))[0]}"
+            else:
+                text = (f"{name} (pid {error.pid}) is paused (SIGSTOP), so it cannot show its stack: a stopped "
+                        f"process runs nothing, not even the handler that writes it; "
+                        f"{restart_call(name).replace('restart', 'resume')} wakes it")
+            error.args = (text,)
+            raise error
+        proc = self._res.procs.get(name)
+        if status == "starting" or proc is None or proc.poll() is not None:
+            raise ClusterError(f"{name} is {status}: no stack to show yet, ask again once it is alive", name)
+        path = self._stack_path(name)
+        with self._stack_lock:
+            with open(path, "ab") as f:     # the worker appends (O_APPEND), so emptying it here is safe
+                f.truncate(0)
+            proc.send_signal(STACK_SIGNAL)
+            text = _read_dump(path, timeout)
+        if text is None:
+            raise ClusterTimeoutError(f"{name} (pid {proc.pid}) wrote no stack within {timeout:g} s", name, proc.pid)
+        return f"{name} (pid {proc.pid}), every thread, most recent call first:\n\n{_main_first(text)}"
 
     # -- running code --------------------------------------------------------------------------------
     def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
@@ -345,18 +481,15 @@ class LocalCluster:
         client = self._res.client
         code, payload = dumps(fn), dumps((args, kwargs))
         client.settle()             # collectives of a task that was silent in an earlier call: in step first
-        pending = [client.submit(t, "run", None, [code, payload]) for t in self.workers]
         what = _fn_name(fn)
-        for p in pending:
-            p.what = what
+        pending = [client.submit(t, "run", None, [code, payload], what=what) for t in self.workers]
         return client.gather(pending, timeout)
 
     def call(self, task, fn, *args, timeout: float | None = None, **kwargs):
         """Run ``fn(*args, **kwargs)`` on one task and return its result."""
         self._check_open()
         client = self._res.client
-        pending = client.submit(self._name(task), "run", None, [dumps(fn), dumps((args, kwargs))])
-        pending.what = _fn_name(fn)
+        pending = client.submit(self._name(task), "run", None, [dumps(fn), dumps((args, kwargs))], what=_fn_name(fn))
         return client.gather([pending], timeout)[0]
 
     def events(self, clear: bool = False) -> list:
@@ -621,11 +754,27 @@ class LocalCluster:
         self.close()
 
     # -- display ------------------------------------------------------------------------------------
-    def show(self):
-        """Display the live status view in a notebook (kill / restart / log buttons) and return it;
-        None outside a kernel, where the cluster prints as text."""
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        """In a Jupyter kernel with anywidget, a cluster that is a cell's last expression shows
+        as its live panel (once), with its text and static HTML table in the same bundle;
+        elsewhere None, and it prints as text (``__repr__``) or the table (``_repr_html_``)."""
+        from .._display import mimebundle
+        return mimebundle(self, include, exclude)
+
+    def show(self) -> None:
+        """Display the live panel now (state, CPU, memory, traffic per task; kill, pause, resume,
+        restart, stack and log buttons) and return None, so ``cluster.show()`` as a cell's last
+        expression draws it once. Outside a kernel it displays nothing. :meth:`panel` returns
+        the panel without displaying it; a cluster as a cell's last expression is its panel too."""
         from .._display import show
-        return show(self)
+        show(self)
+
+    def panel(self):
+        """The live panel (a widget, the same one each time while it is open), not displayed:
+        e.g. ``panel = cluster.panel()`` in a test, or to place it in a layout. Raises ImportError
+        without anywidget (the ``lab`` extra)."""
+        from .._display import view
+        return view(self)
 
     def __repr__(self) -> str:
         snap = self.snapshot()
@@ -670,6 +819,10 @@ class LocalCluster:
     def _log_path(self, task):
         return os.path.join(self._res.tmpdir or "", task.strip("/").replace("/", "_").replace(":", "-") + ".log")
 
+    def _stack_path(self, task):
+        """Where ``task``'s process writes its stack when asked (:meth:`stack`)."""
+        return self._log_path(task)[:-len(".log")] + ".stack"
+
     def _spawn(self, task, port, tries=None, fallback=False):
         from .worker import command, spawn
 
@@ -683,7 +836,8 @@ class LocalCluster:
         cfg = {"key": self._key.hex(), "job": job, "index": index, "bind": "127.0.0.1",
                "port": port or 0, "port_tries": tries or (200 if port else 1), "heartbeat": self._heartbeat,
                "monitor": {"address": res.monitor.address, "id": res.monitor.id}, "preload": self._preload,
-               "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path]}
+               "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
+               "stack_file": self._stack_path(task)}
         if fallback and port:
             cfg["port_fallback"] = True
         try:

@@ -23,7 +23,9 @@ and keeps the pipe open. The child:
 3. binds its port, starts its heartbeat (which first says ``ready`` with its address), and serves:
    the message loop on a thread, user code (``run``) on the main thread. A second after it is
    ready, it sweeps, in the background, what killed flowlab processes left on the host
-   (:func:`.leftovers.sweep`).
+   (:func:`.leftovers.sweep`). Before it is ready it registers :func:`faulthandler.register` for
+   ``STACK_SIGNAL`` (SIGUSR1), so ``LocalCluster.stack`` can read every thread's stack even while
+   user code runs.
 
 The parent-death signal fires when the *thread* that started the worker ends, not the process, so
 the parent starts every worker from one thread that lives as long as it does (:func:`spawn`).
@@ -46,11 +48,14 @@ import sys
 import threading
 import time
 
-__all__ = ["command", "spawn", "child_main", "serve_task", "die_with_parent", "watch_parent", "clean_up_on_sigterm"]
+__all__ = ["command", "spawn", "child_main", "serve_task", "die_with_parent", "watch_parent", "clean_up_on_sigterm",
+           "STACK_SIGNAL"]
 
 PARENT_POLL_S = 0.5      # how often a worker checks that its parent still runs (besides stdin and the signal)
 SWEEP_DELAY_S = 1.0      # a worker sweeps what dead processes left this long after it is ready
 _PR_SET_PDEATHSIG = 1
+STACK_SIGNAL = getattr(signal, "SIGUSR1", None)   # a LocalCluster task writes every thread's stack on it
+_stack_file = None
 
 # The bootstrap puts a "flowlab" package in sys.modules whose __init__ has not run: its submodules
 # import as usual (flowlab.cluster.* here), and the first attribute looked up on the package itself
@@ -215,6 +220,19 @@ def _remove_lane():
             pass
 
 
+def register_stack_dump(path: str) -> None:
+    """On :data:`STACK_SIGNAL`, write every thread's Python stack to ``path`` (appended), from a C
+    signal handler (:func:`faulthandler.register`): it works while the main thread is deep in a
+    long computation or a C call that holds the GIL. ``LocalCluster.stack`` sends the signal."""
+    global _stack_file
+    if STACK_SIGNAL is None:
+        return
+    import faulthandler
+
+    _stack_file = open(path, "ab")     # O_APPEND: the parent may empty it between dumps
+    faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
+
+
 def _logging():
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s: %(message)s")
@@ -243,6 +261,8 @@ def child_main(parent: int | None = None) -> None:
     cfg = json.loads(line)
     watch_parent(parent)
     clean_up_on_sigterm()
+    if cfg.get("stack_file"):     # before it is ready: the signal would end a process without the handler
+        register_stack_dump(cfg["stack_file"])
     for entry in cfg.get("sys_path", ()):   # import what the parent can import (its sys.path edits too)
         if entry not in sys.path:
             sys.path.append(entry)

@@ -61,6 +61,19 @@ def json_safe(value):
     return str(value)
 
 
+def _keep_the_front_ends_subshell(comm) -> None:
+    """Let a click reach the kernel subshell JupyterLab sent it to.
+
+    ipykernel 7.4 sends a comm's incoming messages to the subshell of the *last message the comm
+    published* (``Comm._reply_subshell_for``), overriding the subshell the front end chose. A view's
+    refresh thread publishes with the main shell's parent, so after its first update every click
+    was queued behind the running cell (measured: a Kill clicked during a 15 s cell ran when the
+    cell ended). A view never waits for an answer from the front end, so the front end's choice is
+    the right one."""
+    if comm is not None and callable(getattr(comm, "_reply_subshell_for", None)):
+        comm._reply_subshell_for = lambda data, default: default
+
+
 class SnapshotView(anywidget.AnyWidget):
     """The live view of ``obj``: ``snapshot`` mirrors ``self.read()``; ``actions`` names the
     ``do_<name>`` methods the front end may call. Subclasses set ``_esm``/``_css`` (with
@@ -77,6 +90,7 @@ class SnapshotView(anywidget.AnyWidget):
         self._stop = threading.Event()
         self.refreshes = 0                 # how many snapshots differed and were sent
         super().__init__(snapshot=self.read(), **kwargs)    # the first snapshot travels with the comm's open
+        _keep_the_front_ends_subshell(self.comm)
         self.on_msg(self._on_msg)
         every = self.every if every is None else every
         if every:

@@ -1,30 +1,38 @@
-"""The live view of a LocalCluster: per task its status, pid, address and the faults set on it,
-then the scheduled faults, the last fault events and the background training runs with their
-restarts; buttons kill, restart, pause, resume or delay a task and show its log (faults, on
-purpose, for teaching).
+"""The cluster panel: the live view of a LocalCluster (``ClusterView``, an anywidget).
 
-Built by ``flowlab._display.show(cluster)`` as ``ClusterView(cluster)``. Every tick reads one
-:func:`panel_snapshot` (``cluster.snapshot()`` plus what it does not carry yet) and draws it with
-the plain functions :func:`render_table` and :func:`render_activity`; the buttons call the
-cluster's own ``kill``, ``restart``, ``pause``, ``resume``, ``delay``, ``clear_faults`` and ``logs``.
-A button's error is shown in the view, never raised into the void.
+One row per task: a status dot (starting, idle, busy, unresponsive, paused, dead with its exit code
+or signal), pid, address, CPU and memory, what it runs, messages and bytes in and out, a sparkline
+of its activity and its faults, with buttons Kill, Pause/Resume, Restart, Stack and Log; below
+them Add worker, Stop cluster, Delay and Clear faults, the scheduled faults, the last fault events
+and the background recovery runs. What an action returns (a stack, a log, an error) shows in a box
+in the view. It draws :func:`panel_snapshot` (``cluster.snapshot()`` plus the background runs),
+re-read every ``every`` seconds by a daemon thread that stops once the cluster is closed.
+
+The buttons are ``do_<action>`` methods (``flowlab.widgets._view.SnapshotView``). In JupyterLab 4.4+
+with ipykernel 7 a click is handled on a kernel subshell, in another thread, while a cell runs
+(once the kernel was idle after the panel appeared): each method only signals a process or asks a
+task over its own connection, which LocalCluster allows from any thread.
+
+:func:`render_table` and :func:`render_activity` draw the same snapshot as static HTML (what
+:func:`static_html` joins, for a page without a kernel); the front end is ``cluster.js``.
 """
 from __future__ import annotations
 
 import html
 import sys
-import threading
 
-import ipywidgets as w
+from ._view import SnapshotView, css, esm, json_safe
 
-__all__ = ["ClusterView", "panel_snapshot", "render_table", "render_activity", "describe_faults"]
+__all__ = ["ClusterView", "panel_snapshot", "render_table", "render_activity", "describe_faults",
+           "static_html", "state_of"]
 
-# the colours of LocalCluster._repr_html_
-_COLOURS = {"alive": "#2e7d32", "unresponsive": "#f9a825", "paused": "#1565c0", "dead": "#c62828",
-            "starting": "#616161", "closed": "#616161"}
+# the colours of LocalCluster._repr_html_ (and of cluster.css)
+_COLOURS = {"alive": "#2e7d32", "idle": "#2e7d32", "busy": "#ef6c00", "unresponsive": "#f9a825",
+            "paused": "#1565c0", "dead": "#c62828", "starting": "#616161", "closed": "#616161"}
 _RUN_COLOURS = {"running": "#1565c0", "restarting": "#f9a825", "done": "#2e7d32", "failed": "#c62828",
                 "cancelled": "#616161"}
 RECENT = 6           # fault events listed
+LOG_LINES = 40       # lines the Log button shows
 _TASK_ATTRS = ("signal", "pid", "delay_ms", "drop", "corrupt", "seed", "type")
 
 
@@ -43,33 +51,53 @@ def describe_faults(faults: dict | None, paused: bool = False, scheduled=()) -> 
     return ", ".join(parts)
 
 
+def state_of(task: dict) -> str:
+    """The state a row shows: ``idle``/``busy`` for a live task whose activity is known, else its
+    status (``alive`` where the activity is not known, ``starting``, ``unresponsive``, ``paused``,
+    ``dead``, ``closed``)."""
+    status = task.get("status") or "starting"
+    if status == "alive" and task.get("activity") in ("idle", "busy"):
+        return task["activity"]
+    return status
+
+
 def _exit_note(t) -> str:
     code = t.get("exitcode")
-    if code is None or t["status"] != "dead":
+    if code is None or t.get("status") != "dead":
         return ""
     return f" (signal {-code})" if code < 0 else f" (exit {code})"
 
 
+def _scheduled_by_task(snap) -> dict:
+    out: dict = {}
+    for _, action, task in snap.get("scheduled") or ():
+        out.setdefault(task, []).append(action)
+    return out
+
+
 def render_table(snap: dict) -> str:
     """The status table of a panel snapshot (or a plain ``cluster.snapshot()``), as HTML: task,
-    status (coloured; ``paused`` blue), pid, address, faults."""
-    scheduled: dict = {}
-    for _, action, task in snap.get("scheduled") or ():
-        scheduled.setdefault(task, []).append(action)
-    rows = "".join(
-        f"<tr><td><code>{html.escape(t['task'])}</code></td>"
-        f"<td class='fl-status-{html.escape(t['status'])}' style='color:{_COLOURS.get(t['status'], '#000')}'>"
-        f"&#9679; {html.escape(t['status'])}{_exit_note(t)}</td>"
-        f"<td>{t['pid'] or '-'}</td><td><code>{html.escape(t['address'] or '-')}</code></td>"
-        f"<td class='fl-faults'>{html.escape(describe_faults(t.get('faults'), t['status'] == 'paused', scheduled.get(t['task'], ())))}</td></tr>"
-        for t in snap["tasks"])
+    state (coloured: idle green, busy orange, paused blue, dead red with its signal), pid, address,
+    faults."""
+    scheduled = _scheduled_by_task(snap)
+    rows = []
+    for t in snap["tasks"]:
+        state = state_of(t)
+        faults = describe_faults(t.get("faults"), t.get("status") == "paused", scheduled.get(t["task"], ()))
+        rows.append(
+            f"<tr><td><code>{html.escape(t['task'])}</code></td>"
+            f"<td class='fl-status-{html.escape(state)}' style='color:{_COLOURS.get(state, '#000')}'>"
+            f"&#9679; {html.escape(state)}{_exit_note(t)}</td>"
+            f"<td>{t.get('pid') or '-'}</td><td><code>{html.escape(t.get('address') or '-')}</code></td>"
+            f"<td class='fl-faults'>{html.escape(faults)}</td></tr>")
     state = "closed" if snap.get("closed") else html.escape(snap.get("target") or "")
     return (f"<div class='fl-cluster-status'><b>cluster</b> <code>{state}</code><table>"
-            f"<tr><th>task</th><th>status</th><th>pid</th><th>address</th><th>faults</th></tr>{rows}</table></div>")
+            f"<tr><th>task</th><th>status</th><th>pid</th><th>address</th><th>faults</th></tr>"
+            f"{''.join(rows)}</table></div>")
 
 
 def _event_line(e: dict) -> str:
-    attrs = ", ".join(f"{k}={e['attrs'][k]}" for k in _TASK_ATTRS if e.get("attrs", {}).get(k) is not None)
+    attrs = ", ".join(f"{k}={e['attrs'][k]}" for k in _TASK_ATTRS if (e.get("attrs") or {}).get(k) is not None)
     where = f" {e['task']}" if e.get("task") else ""
     return f"{e['ago']:6.1f} s ago  {e['name']}{where}{f' ({attrs})' if attrs else ''}"
 
@@ -98,100 +126,94 @@ def render_activity(snap: dict) -> str:
     return "".join(parts)
 
 
+def static_html(snap: dict) -> str:
+    """A panel snapshot as one static HTML block (table, then activity)."""
+    return render_table(snap) + render_activity(snap)
+
+
 def panel_snapshot(cluster) -> dict:
     """What the panel draws, read once: ``cluster.snapshot()`` (tasks, ``scheduled`` faults,
-    ``recent`` fault events) plus ``runs`` (the background recovery runs on this cluster)."""
+    ``recent`` fault events) plus ``runs`` (the background recovery runs on this cluster) and
+    ``workers``/``ps`` (how many of each), JSON-safe."""
     snap = dict(cluster.snapshot())
     recovery = sys.modules.get("flowlab.distribute._recovery")   # loaded once a run was started
     snap["runs"] = [r.snapshot() for r in recovery.runs_on(cluster)][-2:] if recovery is not None else []
-    return snap
+    names = [t["task"] for t in snap.get("tasks", ())]
+    snap["workers"] = sum(n.startswith("/job:worker/") for n in names)
+    snap["ps"] = sum(n.startswith("/job:ps/") for n in names)
+    return json_safe(snap)
 
 
-class ClusterView(w.VBox):
-    """Status table, activity, and a row of buttons acting on the chosen task; ``refresh()``
-    redraws from one :func:`panel_snapshot`. A daemon thread refreshes every ``every`` seconds
-    until the cluster closes or the view is closed."""
+def _int(value, what, lo, hi):
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a whole number, not {value!r}") from None
+    if not lo <= n <= hi:
+        raise ValueError(f"{what} must be between {lo} and {hi} (got {n})")
+    return n
 
-    def __init__(self, cluster, every: float = 0.5):
-        self._stop = threading.Event()
-        self.cluster = cluster
-        self.table = w.HTML()
-        self.table.add_class("fl-cluster-table")
-        self.activity = w.HTML()
-        self.activity.add_class("fl-cluster-activity")
-        snap = cluster.snapshot()
-        self.task = w.Dropdown(options=[t["task"] for t in snap["tasks"]], description="task")
-        self.delay_ms = w.BoundedIntText(value=200, min=0, max=60_000, step=50, description="ms",
-                                         layout=w.Layout(width="160px"))
-        self.kill_button = self._button("Kill", "SIGKILL this task", lambda t: cluster.kill(t), "danger")
-        self.restart_button = self._button("Restart", "start this task again", lambda t: cluster.restart(t))
-        self.pause_button = self._button("Pause", "freeze this task (SIGSTOP)", lambda t: cluster.pause(t), "info")
-        self.resume_button = self._button("Resume", "wake this task (SIGCONT)", lambda t: cluster.resume(t))
-        self.delay_button = self._button("Delay", "delay every message this task handles by the ms given "
-                                                  "(0 removes the delay)",
-                                         lambda t: cluster.delay(t, self.delay_ms.value), "warning")
-        self.clear_button = self._button("Clear faults", "resume paused tasks, remove delays, drops and "
-                                                         "scheduled faults", lambda t: cluster.clear_faults())
-        self.log_button = self._button("Log", "show the last lines of its log", self._show_log)
-        self.message = w.HTML()
-        self.message.add_class("fl-cluster-message")
-        self.log_box = self.message           # the name older code used
-        self._acting = [self.kill_button, self.restart_button, self.pause_button, self.resume_button,
-                        self.delay_button, self.clear_button]
-        super().__init__([self.table, w.HBox([self.task, self.kill_button, self.restart_button, self.pause_button,
-                                              self.resume_button]),
-                          w.HBox([self.delay_ms, self.delay_button, self.clear_button, self.log_button]),
-                          self.message, self.activity])
-        self.refresh()
-        if every:
-            threading.Thread(target=self._tick, args=(every,), daemon=True, name="flowlab-cluster-view").start()
 
-    def _button(self, label, tooltip, act, style=""):
-        b = w.Button(description=label, tooltip=tooltip, button_style=style)
-        b.add_class("fl-cluster-" + label.split()[0].lower())
-        b.on_click(lambda _: self._act(label, act))
-        return b
+class ClusterView(SnapshotView):
+    """The panel of one LocalCluster. Every action names the task it acts on (``task=``, a task
+    name or index as the cluster accepts it) where it needs one; ``act("kill", task=1)`` does from
+    Python what the Kill button does."""
 
-    def refresh(self) -> dict:
-        """Redraw from one snapshot; returns it."""
-        snap = panel_snapshot(self.cluster)
-        self.table.value = render_table(snap)
-        self.activity.value = render_activity(snap)
-        names = tuple(t["task"] for t in snap["tasks"])
-        if tuple(self.task.options) != names:      # a worker was added
-            self.task.options = names
-        closed = bool(snap.get("closed"))
-        for b in self._acting:
-            b.disabled = closed
-        return snap
+    _esm = esm("cluster.js") + "\nexport default { render: renderClusterView };\n"
+    _css = css("cluster.css")
+    every = 0.5
+    actions = ("kill", "pause", "resume", "restart", "stack", "log", "add_worker", "stop", "delay",
+               "clear_faults", "hello")
 
-    def _act(self, label, fn):
-        task = self.task.value
-        try:
-            if task:
-                fn(task)
-                if label != "Log":
-                    self.message.value = f"<code>{html.escape(label.lower())}</code> {html.escape(task)}: done"
-        except Exception as e:   # noqa: BLE001 - shown in the view: a button must not raise into the void
-            self.message.value = (f"<pre class='fl-error'>{html.escape(label)} {html.escape(task or '')} failed: "
-                                  f"{html.escape(type(e).__name__ + ': ' + str(e))}</pre>")
-        try:
-            self.refresh()
-        except Exception:   # noqa: BLE001 - a cluster closed under the view: the next tick stops
-            pass
+    @property
+    def cluster(self):
+        """The cluster the actions act on."""
+        return self.obj
 
-    def _show_log(self, task):
-        self.message.value = f"<pre>{html.escape(self.cluster.logs(task, 30))}</pre>"
+    def read(self) -> dict:
+        return {"mode": "cluster", **panel_snapshot(self.cluster)}
 
-    def _tick(self, every):
-        while not self._stop.wait(every):
-            try:
-                if self.refresh().get("closed"):
-                    return
-            except Exception:   # noqa: BLE001 - the widget or the cluster is gone
-                return
+    def do_hello(self):
+        """Sent by the front end once drawn. JupyterLab moves a widget's comm to a kernel subshell
+        (where clicks are handled while a cell runs) only after the comm's first message; this is
+        that message, so the first real click is not the one that waits behind a running cell."""
+        return "hello"
 
-    def close(self):
-        if hasattr(self, "_stop"):
-            self._stop.set()
-        super().close()
+    def do_kill(self, task):
+        self.cluster.kill(task)
+        return f"killed {task}"
+
+    def do_pause(self, task):
+        self.cluster.pause(task)
+        return f"paused {task}"
+
+    def do_resume(self, task):
+        self.cluster.resume(task)
+        return f"resumed {task}"
+
+    def do_restart(self, task):
+        self.cluster.restart(task)
+        return f"restarted {task} (pid {self.cluster.pid(task)})"
+
+    def do_stack(self, task):
+        return {"title": f"stack of {task}", "text": self.cluster.stack(task)}
+
+    def do_log(self, task, lines=LOG_LINES):
+        text = self.cluster.logs(task, _int(lines, "lines", 1, 1000))
+        return {"title": f"log of {task} (last {lines} lines)", "text": text or "(the log is empty)"}
+
+    def do_add_worker(self):
+        return f"added {self.cluster.add_worker()}"
+
+    def do_stop(self):
+        self.cluster.close()
+        return "cluster stopped"
+
+    def do_delay(self, task, ms):
+        ms = _int(ms, "delay (ms)", 0, 60_000)
+        self.cluster.delay(task, ms)
+        return f"{task}: every message delayed by {ms} ms" if ms else f"{task}: delay removed"
+
+    def do_clear_faults(self):
+        self.cluster.clear_faults()
+        return "faults cleared"
