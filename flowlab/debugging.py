@@ -24,3 +24,14 @@ def disable_traceback_filtering() -> None:
 def is_traceback_filtering_enabled() -> bool:
     """Whether tracebacks in a notebook hide flowlab's own frames."""
     return _traceback.enabled()
+
+
+# Placement: where each op of a traced function or a graph runs (flowlab/widgets/placement.py).
+def placement_graph(fn_or_graph, *args, **kwargs):
+    """The placement graph of an ``@fl.function`` (traced for ``*args``, ``**kwargs``), a
+    ``ConcreteFunction`` or a ``Graph`` (``tf.get_default_graph()`` of ``flowlab.compat.v1``): nodes
+    coloured by task and device, copies between devices labelled with the bytes they move, hover for
+    a node's op, shapes, device and source line, name scopes folded in large graphs. A cell's last
+    expression shows it as a widget; ``repr``/``to_svg()`` elsewhere."""
+    from .widgets.placement import placement_graph as build
+    return build(fn_or_graph, *args, **kwargs)

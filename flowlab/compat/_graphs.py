@@ -151,6 +151,17 @@ class Graph(_core_graph.Graph):
         from ..core.device import device
         return device(device_name)
 
+    # -- in a notebook: the placement graph (flowlab/widgets/placement.py) ---------------------------
+    _view = "flowlab.widgets.placement_view:PlacementView"
+
+    def _repr_html_(self):
+        from ..debugging import placement_graph
+        return placement_graph(self)._repr_html_()
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from .._display import mimebundle
+        return mimebundle(self, include, exclude)
+
 
 # -- the process's default graph ------------------------------------------------------------------
 _process_default = Graph("default")

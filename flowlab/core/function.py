@@ -196,8 +196,18 @@ class ConcreteFunction:
     def pretty(self) -> str:
         return self.graph.pretty(self.outputs)
 
+    _view = "flowlab.widgets.placement_view:PlacementView"   # in a notebook: the live placement graph
+
     def _repr_svg_(self):
         return self.graph.to_svg(self.outputs)
+
+    def _repr_html_(self):   # the static placement graph (flowlab/widgets/placement.py), as GitHub shows it
+        from ..debugging import placement_graph
+        return placement_graph(self)._repr_html_()
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from .._display import mimebundle
+        return mimebundle(self, include, exclude)
 
     def __repr__(self):
         return f"<ConcreteFunction {self.graph.name}: {len(self.graph.nodes)} nodes>"
