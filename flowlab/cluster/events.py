@@ -130,6 +130,12 @@ class EventLog:
         return [e for e in evs if (kind is None or e.kind == kind) and (name is None or e.name == name)
                 and (since is None or e.end >= since)]
 
+    def export_trace(self, path, **kwargs):
+        """Write the events held now as Chrome trace JSON, for https://ui.perfetto.dev or
+        chrome://tracing (:func:`flowlab.cluster.trace.export_trace`); returns what was written."""
+        from .trace import export_trace
+        return export_trace(self.events(), path, **kwargs)
+
     def clear(self) -> None:
         with self._lock:
             self._events.clear()

@@ -12,6 +12,8 @@ Importing this package never imports mpi4py or pyzmq.
 """
 from .api import ALGORITHMS, allgather, allreduce, barrier, broadcast, reduce_scatter  # noqa: F401
 from ._exchange import default_timeout, set_default_timeout  # noqa: F401
+from .cost import (AlphaBeta, algbw, busbw, busbw_factor, bytes_on_busiest_link,  # noqa: F401
+                   fit_alpha_beta, predict)
 from .comm import Communicator, PeerGone, SelfCommunicator, current, set_default, use  # noqa: F401
 from .errors import (CollectiveError, CollectiveMismatchError, CollectiveTimeoutError,  # noqa: F401
                      PeerLostError)
@@ -33,4 +35,5 @@ def __getattr__(name):
 __all__ = ["allreduce", "broadcast", "allgather", "reduce_scatter", "barrier", "ALGORITHMS", "REDUCTIONS",
            "Communicator", "PeerGone", "SelfCommunicator", "LocalGroup", "LocalCommunicator",
            "current", "use", "set_default", "default_timeout", "set_default_timeout",
-           "CollectiveError", "CollectiveTimeoutError", "PeerLostError", "CollectiveMismatchError"]
+           "CollectiveError", "CollectiveTimeoutError", "PeerLostError", "CollectiveMismatchError",
+           "predict", "bytes_on_busiest_link", "busbw", "busbw_factor", "algbw", "AlphaBeta", "fit_alpha_beta"]
