@@ -1,82 +1,92 @@
-"""``ProgressView``: the live widget of a fit's ``ProgressBar`` (flowlab.nn.keras.progress).
+"""``ProgressView``: the training monitor, the live widget of a fit's ``ProgressBar``
+(flowlab.nn.keras.progress), drawn by ``progress.js`` from the bar's ``snapshot()``.
 
-It draws the bar's ``snapshot()``: a title ("Epoch 3/10"), a bar over the epoch's steps, the
-latest loss and metrics, and a table of finished epochs. ``refresh()`` re-reads the snapshot at
-most every ``min_interval`` seconds (calls in between return at once), so a fit that runs
-thousands of steps a second spends almost nothing on drawing; ``refresh(force=True)`` always
-draws (the fit asks for it at the end of every epoch and of training).
+It shows the epoch's bar, the latest loss and metrics, a line chart of the loss (and val_loss) per
+epoch, a sparkline of the running epoch's mean loss so far (as the fit logs it), the throughput in
+samples/s, each epoch's time, and the replica count under a distribution strategy.
+
+``refresh()`` re-reads the snapshot at most every ``min_interval`` seconds (calls in between return
+at once, after one clock read; every ``sample_interval`` seconds one of them reads the loss for the
+epoch's curve), so a fit that runs thousands of steps a second spends almost nothing on drawing;
+``refresh(force=True)`` always reads (the fit asks for it when training ends). When training ends
+the view also replaces its display's text and static HTML with the final state, so a saved
+notebook shows the finished run, not "Epoch 0/10 (not started)".
 """
 from __future__ import annotations
 
-import html
 import time
 
-import ipywidgets as widgets
+from ._view import SnapshotView, css, esm
 
-__all__ = ["ProgressView"]
+__all__ = ["ProgressView", "FinalDisplay"]
 
-_STYLE = {"running": "info", "done": "success", "stopped": "warning", "failed": "danger"}
-
-
-def _fmt(v):
-    if isinstance(v, str):
-        return v
-    return f"{v:.4g}" if abs(v) >= 1e4 or (v and abs(v) < 1e-3) else f"{v:.4f}"
+_FINAL = ("done", "stopped", "failed")
 
 
-class ProgressView(widgets.VBox):
-    """Built as ``ProgressView(bar)`` by ``flowlab._display.show``; call ``refresh()`` after the bar changes."""
+class FinalDisplay:
+    """A mixin for a SnapshotView whose object ends (a fit, a pipeline run): the view is displayed
+    with a display id, and ``show_final()`` replaces that display's text and static HTML (and the
+    widget, the same model) with the object's state now, so that a saved notebook shows how it
+    ended instead of how it began. Call it once, when the object has ended."""
 
+    _handle = None
+    _final_shown = False
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        bundle = self._repr_mimebundle_()
+        if bundle is None:
+            return
+        data, metadata = bundle
+        self._handle = display(data, metadata=metadata, raw=True, display_id=True)
+
+    def show_final(self):
+        if self._final_shown:
+            return
+        self._final_shown = True
+        if self._handle is None:
+            return
+        try:
+            bundle = self._repr_mimebundle_()
+            if bundle is not None:
+                data, metadata = bundle
+                self._handle.update(data, metadata=metadata, raw=True)
+        except Exception:   # noqa: BLE001 - the display may be gone; the object's work must not fail for it
+            pass
+
+
+class ProgressView(FinalDisplay, SnapshotView):
+    """Built as ``ProgressView(bar)`` by ``flowlab._display.show``; the fit calls ``refresh()``."""
+
+    _esm = esm("progress.js")
+    _css = css("progress.css")
     min_interval = 0.2
+    sample_interval = 0.05       # between redraws, the loss is read for the epoch's curve this often
 
-    def __init__(self, bar, clock=time.monotonic):
-        self._bar = bar
+    def __init__(self, bar, clock=time.monotonic, **kwargs):
         self._clock = clock
         self._last = None
-        self.draws = 0                    # how many times the snapshot was drawn (for tests and curiosity)
-        self._title = widgets.HTML()
-        self._progress = widgets.IntProgress(min=0, max=1, value=0, bar_style="info",
-                                             layout=widgets.Layout(width="320px"))
-        self._count = widgets.HTML()
-        self._values = widgets.HTML()
-        self._table = widgets.HTML()
-        super().__init__([widgets.HBox([self._title, self._progress, self._count]), self._values, self._table])
-        self.refresh(force=True)
+        self._sampled = None
+        self.draws = 0               # snapshots read (not skipped by the throttle)
+        super().__init__(bar, **kwargs)
+        self._last = clock()
+        self.draws = 1
 
     def __repr__(self):
-        return f"ProgressView({self._bar.text()})"
+        return f"ProgressView({self.obj.text()})"
 
     def refresh(self, force=False) -> bool:
-        """Redraw from the bar's snapshot; skipped (False) if the last draw was under ``min_interval``
-        seconds ago, unless ``force``."""
+        """Re-read the bar's snapshot (sent if it changed); skipped (False) if the last read was
+        under ``min_interval`` seconds ago, unless ``force``."""
         now = self._clock()
         if not force and self._last is not None and now - self._last < self.min_interval:
+            if now - (self._sampled or self._last) >= self.sample_interval:
+                self._sampled = now
+                self.obj.sample()
             return False
-        self._last = now
-        self._draw(self._bar.snapshot())
+        self._last = self._sampled = now
+        snap = super().refresh()
         self.draws += 1
+        if snap.get("status") in _FINAL:
+            self.show_final()
         return True
-
-    def _draw(self, snap):
-        title = snap["title"] or "Evaluating"
-        self._title.value = f"<b>{html.escape(title)} {snap['epoch']}/{snap['epochs']}</b>&nbsp;"
-        steps = snap["steps"] or max(snap["step"], 1)
-        self._progress.max = max(int(steps), 1)
-        self._progress.value = min(int(snap["step"]), self._progress.max)
-        self._progress.bar_style = _STYLE.get(snap["status"], "info")
-        self._count.value = (f"&nbsp;{snap['step']}/{snap['steps'] or '?'} &middot; {snap['elapsed']:.1f}s"
-                             + (f" &middot; {snap['status']}" if snap["status"] not in ("running", "waiting") else ""))
-        self._values.value = " &nbsp; ".join(f"{html.escape(k)}: <code>{_fmt(v)}</code>"
-                                             for k, v in snap["values"].items())
-        finished = snap["finished"]
-        if not finished:
-            self._table.value = ""
-            return
-        names = list(finished[-1]["values"])
-        cell = "style='padding:0 10px 0 0;line-height:1.3;text-align:right'"
-        head = "".join(f"<th {cell}>{html.escape(n)}</th>" for n in ["epoch", *names, "time"])
-        rows = "".join(f"<tr><td {cell}>{r['epoch']}</td>" + "".join(
-            f"<td {cell}>{_fmt(r['values'][n]) if n in r['values'] else ''}</td>" for n in names)
-            + f"<td {cell}>{r['seconds']:.1f}s</td></tr>" for r in finished[-12:])
-        self._table.value = (f"<table style='font-family:monospace;font-size:90%;border-collapse:collapse'>"
-                             f"<tr>{head}</tr>{rows}</table>")

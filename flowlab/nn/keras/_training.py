@@ -137,6 +137,23 @@ def _logs(sources) -> dict:
     return {name: float(fn()) for name, fn in sources.items()}
 
 
+def _rows(batch):
+    """The leading dimension of a batch's first array (its examples), or None."""
+    first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+    if isinstance(first, dict):
+        first = next(iter(first.values()), None)
+    shape = getattr(first, "shape", None)
+    return int(shape[0]) if shape else None
+
+
+def _worker_logs(strategy, logs) -> dict:
+    """{name: [each worker's value]} of this epoch's logs before they are averaged over the workers
+    (every worker calls this at the same point: it is a collective)."""
+    names = list(logs)
+    rows = _distributed.gather_rows(strategy, [logs[k] for k in names])
+    return {k: [float(v) for v in rows[:, i]] for i, k in enumerate(names)}
+
+
 def _progress_mode(verbose):
     if verbose == "auto":
         verbose = 1
@@ -269,7 +286,11 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
     cbs.append(history)          # after the user's callbacks: it records what they add to the logs
     if mode is not None and not any(isinstance(cb, ProgbarLogger) for cb in cbs):
         cbs.append(ProgbarLogger(mode))
-    params = {"epochs": epochs, "steps": feed.steps, "verbose": verbose}
+    params = {"epochs": epochs, "steps": feed.steps, "verbose": verbose,
+              "samples": getattr(data, "n", None) if steps_per_epoch is None else None,     # progress: samples/s
+              "batch_size": getattr(data, "batch_size", None),
+              "replicas": strategy.num_replicas_in_sync if strategy is not None else 1,
+              "strategy": type(strategy).__name__ if strategy is not None else None}
     cblist = CallbackList(cbs, model, params)
 
     state = model._fit_state
@@ -301,6 +322,8 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
                     cblist.batch("on_train_batch_begin", step)
                 if run is None:
                     run = _runner(model, "train", batch, "fit", data)
+                    if params["batch_size"] is None:      # a dataset's batches: the first one's size
+                        params["batch_size"] = _rows(batch)
                 out = run(*batch)
                 if end_hook:
                     cblist.batch("on_train_batch_end", step, BatchLogs(_sources(model, out, metric_sources)))
@@ -318,6 +341,8 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
                 params["steps"] = data.steps
             logs = _logs(_sources(model, out))
             if strategy is not None:
+                if getattr(strategy, "num_workers", 1) > 1:     # for the progress monitor: one allgather an epoch
+                    params["worker_logs"] = _worker_logs(strategy, logs)
                 logs = _distributed.reduce_logs(strategy, logs)
             if val is not None and (epoch + 1) % int(validation_freq) == 0:
                 val_logs = _evaluate_data(model, val, what="fit (validation_data)", steps=validation_steps)

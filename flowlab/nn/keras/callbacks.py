@@ -161,7 +161,9 @@ class ProgbarLogger(Callback):
 
     def on_train_begin(self, logs=None):
         p = self.params
-        self.bar = ProgressBar(p.get("epochs", 1), p.get("steps"))
+        self.bar = ProgressBar(p.get("epochs", 1), p.get("steps"), samples=p.get("samples"),
+                               batch_size=p.get("batch_size"), replicas=p.get("replicas", 1),
+                               strategy=p.get("strategy"))
         view = show(self.bar) if self.mode == "auto" else None
         if view is None:
             self.bar.stream = self.stream or sys.stdout
@@ -180,7 +182,9 @@ class ProgbarLogger(Callback):
     def on_epoch_end(self, epoch, logs=None):
         if self.params.get("steps") is not None:          # known after the first pass over a dataset
             self.bar.steps = self.params["steps"]
-        self.bar.end_epoch(logs or {})
+        if self.bar.batch_size is None:                   # a dataset's: known after its first batch
+            self.bar.batch_size = self.params.get("batch_size")
+        self.bar.end_epoch(logs or {}, workers=self.params.pop("worker_logs", None))
 
     def on_train_end(self, logs=None):
         self.bar.finish("stopped" if getattr(self.model, "stop_training", False) else "done")
