@@ -43,6 +43,7 @@ def __getattr__(name):
             "cluster": ".cluster",        # ``fl.cluster``: LocalCluster, transport, events
             "distribute": ".distribute",  # ``fl.distribute``: strategies
             "horovod": ".horovod",        # ``flowlab.horovod``: the Horovod-style API
+            "widgets": ".widgets",        # ``fl.widgets``: placement graph, collective replay, timeline
             "losses": ".nn.keras.losses"}  # ``fl.losses`` as ``tf.losses``: the same as ``fl.keras.losses``
     if name in lazy:   # imported on first use
         import importlib
