@@ -25,7 +25,7 @@ from pathlib import Path
 import anywidget
 import traitlets
 
-__all__ = ["SnapshotView", "esm", "css", "json_safe"]
+__all__ = ["SnapshotView", "FinalDisplay", "esm", "css", "json_safe"]
 
 _HERE = Path(__file__).parent
 
@@ -168,3 +168,35 @@ class SnapshotView(anywidget.AnyWidget):
         if hasattr(self, "_stop"):
             self._stop.set()
         super().close()
+
+
+class FinalDisplay:
+    """A mixin for a SnapshotView whose object ends (a fit, a pipeline run): the view is displayed
+    with a display id, and ``show_final()`` replaces that display's text and static HTML (and the
+    widget, the same model) with the object's state now, so that a saved notebook shows how it
+    ended instead of how it began. Call it once, when the object has ended."""
+
+    _handle = None
+    _final_shown = False
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        bundle = self._repr_mimebundle_()
+        if bundle is None:
+            return
+        data, metadata = bundle
+        self._handle = display(data, metadata=metadata, raw=True, display_id=True)
+
+    def show_final(self):
+        if self._final_shown:
+            return
+        self._final_shown = True
+        if self._handle is None:
+            return
+        try:
+            bundle = self._repr_mimebundle_()
+            if bundle is not None:
+                data, metadata = bundle
+                self._handle.update(data, metadata=metadata, raw=True)
+        except Exception:   # noqa: BLE001 - the display may be gone; the object's work must not fail for it
+            pass

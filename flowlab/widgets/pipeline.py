@@ -10,8 +10,7 @@ pipeline runs (the main thread iterates meanwhile), and stops once the run has f
 """
 from __future__ import annotations
 
-from ._view import SnapshotView, css, esm
-from .progress import FinalDisplay
+from ._view import FinalDisplay, SnapshotView, css, esm
 
 __all__ = ["PipelineView"]
 

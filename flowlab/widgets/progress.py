@@ -16,43 +16,11 @@ from __future__ import annotations
 
 import time
 
-from ._view import SnapshotView, css, esm
+from ._view import FinalDisplay, SnapshotView, css, esm
 
-__all__ = ["ProgressView", "FinalDisplay"]
+__all__ = ["ProgressView"]
 
 _FINAL = ("done", "stopped", "failed")
-
-
-class FinalDisplay:
-    """A mixin for a SnapshotView whose object ends (a fit, a pipeline run): the view is displayed
-    with a display id, and ``show_final()`` replaces that display's text and static HTML (and the
-    widget, the same model) with the object's state now, so that a saved notebook shows how it
-    ended instead of how it began. Call it once, when the object has ended."""
-
-    _handle = None
-    _final_shown = False
-
-    def _ipython_display_(self):
-        from IPython.display import display
-        bundle = self._repr_mimebundle_()
-        if bundle is None:
-            return
-        data, metadata = bundle
-        self._handle = display(data, metadata=metadata, raw=True, display_id=True)
-
-    def show_final(self):
-        if self._final_shown:
-            return
-        self._final_shown = True
-        if self._handle is None:
-            return
-        try:
-            bundle = self._repr_mimebundle_()
-            if bundle is not None:
-                data, metadata = bundle
-                self._handle.update(data, metadata=metadata, raw=True)
-        except Exception:   # noqa: BLE001 - the display may be gone; the object's work must not fail for it
-            pass
 
 
 class ProgressView(FinalDisplay, SnapshotView):
