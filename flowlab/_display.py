@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-__all__ = ["in_kernel", "show", "view", "mimebundle"]
+__all__ = ["in_kernel", "show", "view", "mimebundle", "static_html"]
 
 
 def in_kernel() -> bool:
@@ -43,6 +43,14 @@ def view(obj):
     except AttributeError:     # __slots__ or a read-only object: a new view each time
         pass
     return built
+
+
+def static_html(obj) -> str:
+    """``obj``'s static picture (HTML with an inline SVG), drawn by the function its class names in
+    ``_static = "module:function"``: how a lower layer's object (a ConcreteFunction, a v1 Graph)
+    gets the picture an upper layer draws, without importing it."""
+    module, name = type(obj)._static.split(":")
+    return getattr(importlib.import_module(module), name)(obj)
 
 
 def mimebundle(obj, include=None, exclude=None):

@@ -153,10 +153,11 @@ class Graph(_core_graph.Graph):
 
     # -- in a notebook: the placement graph (flowlab/widgets/placement.py) ---------------------------
     _view = "flowlab.widgets.placement_view:PlacementView"
+    _static = "flowlab.widgets.placement:static_html"
 
     def _repr_html_(self):
-        from ..debugging import placement_graph
-        return placement_graph(self)._repr_html_()
+        from .._display import static_html
+        return static_html(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         from .._display import mimebundle

@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 
+from .._display import mimebundle, static_html   # an object meets the notebook (imports nothing of flowlab)
 from . import dtypes as _dtypes
 from ._context import state
 from .executor import compile_plan
@@ -197,16 +198,15 @@ class ConcreteFunction:
         return self.graph.pretty(self.outputs)
 
     _view = "flowlab.widgets.placement_view:PlacementView"   # in a notebook: the live placement graph
+    _static = "flowlab.widgets.placement:static_html"        # and its static picture (flowlab._display)
 
     def _repr_svg_(self):
         return self.graph.to_svg(self.outputs)
 
-    def _repr_html_(self):   # the static placement graph (flowlab/widgets/placement.py), as GitHub shows it
-        from ..debugging import placement_graph
-        return placement_graph(self)._repr_html_()
+    def _repr_html_(self):   # the static placement graph, as GitHub shows it
+        return static_html(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._display import mimebundle
         return mimebundle(self, include, exclude)
 
     def __repr__(self):

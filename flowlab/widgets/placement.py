@@ -31,7 +31,7 @@ from ..core.errors import did_you_mean
 from ..core.function import ConcreteFunction, Function
 from ..core.graph import Graph
 
-__all__ = ["PlacementGraph", "placement_graph", "FOLD_AT"]
+__all__ = ["PlacementGraph", "placement_graph", "static_html", "FOLD_AT"]
 
 FOLD_AT = 60          # more nodes than this: top-level scopes start folded
 MAX_DRAWN = 400       # at most this many boxes are drawn; the rest are counted
@@ -568,3 +568,9 @@ def placement_graph(fn_or_graph, *args, **kwargs) -> PlacementGraph:
     raise TypeError(f"placement_graph takes an @fl.function, a ConcreteFunction or a Graph, not "
                     f"{type(fn_or_graph).__name__}" + (" (decorate the function with @fl.function)"
                                                         if callable(fn_or_graph) else ""))
+
+
+def static_html(fn_or_graph) -> str:
+    """The static placement graph of a ConcreteFunction or a Graph, as HTML (their ``_repr_html_``,
+    through ``flowlab._display.static_html``)."""
+    return placement_graph(fn_or_graph)._repr_html_()
