@@ -72,3 +72,23 @@ def test_snapshot_is_json_safe_even_when_the_loss_is_nan():
 def test_epoch_times_below_a_second_print_in_milliseconds():
     assert [format_seconds(t) for t in (0.0004, 0.013, 0.4, 2.34, 42.0, 185.0)] == \
         ["0.4ms", "13ms", "400ms", "2.3s", "42s", "3m 05s"]
+
+
+def test_a_fit_that_raises_leaves_its_monitor_failed_not_running():
+    import io
+
+    from flowlab.nn.keras.callbacks import Callback, ProgbarLogger
+
+    class Boom(Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1:
+                raise RuntimeError("boom")
+
+    model = fl.keras.Sequential([fl.keras.Input(shape=(2,)), fl.keras.layers.Dense(1)])
+    model.compile(fl.optimizers.SGD(0.1), "mse")
+    progress = ProgbarLogger(mode="text", stream=io.StringIO())
+    with pytest.raises(RuntimeError, match="boom"):
+        model.fit(np.ones((8, 2), np.float32), np.ones((8, 1), np.float32), epochs=4, verbose=0,
+                  callbacks=[progress, Boom()])
+    assert progress.bar.status == "failed"
+    assert "failed" in progress.bar.text()

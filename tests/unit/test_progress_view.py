@@ -12,10 +12,10 @@ import pytest
 pytest.importorskip("anywidget")
 
 import flowlab as fl  # noqa: E402
-import flowlab._display as display  # noqa: E402
 from flowlab.nn.keras import progress  # noqa: E402
 from flowlab.nn.keras.progress import ProgressBar  # noqa: E402
 from flowlab.widgets.progress import ProgressView  # noqa: E402
+from _widgets import display_in_kernel  # noqa: E402
 
 L = fl.keras.layers
 (X, Y), _ = fl.datasets.digits()
@@ -37,33 +37,11 @@ class FakeClock:
         return self.now
 
 
-class Handle:
-    """What IPython's display(..., display_id=True) returns: records the updates."""
-
-    def __init__(self, data):
-        self.shown, self.updates = data, []
-
-    def update(self, data, metadata=None, raw=False):
-        self.updates.append(data)
-
-
 @pytest.fixture
 def in_kernel(monkeypatch, widget_comm):
     """fit believes it runs in a kernel: ``_display.show`` displays the monitor (over a recording
     comm) through IPython's ``display``, stood in for here; returns the displays made (handles)."""
-    import IPython.display
-    handles = []
-
-    def fake_display(obj, metadata=None, raw=False, display_id=None, **kwargs):
-        if not raw:                      # display(view): IPython asks the view to display itself
-            return obj._ipython_display_()
-        assert display_id is True
-        handles.append(Handle(obj))
-        return handles[-1]
-
-    monkeypatch.setattr(display, "in_kernel", lambda: True)
-    monkeypatch.setattr(IPython.display, "display", fake_display)
-    return handles
+    return display_in_kernel(monkeypatch)
 
 
 def test_the_view_sends_the_bars_snapshot_and_skips_refreshes_that_come_too_fast(widget_comm):

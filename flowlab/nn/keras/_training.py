@@ -350,6 +350,9 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
             cblist.on_epoch_end(epoch, logs)
             if model.stop_training or feed.ran_out:
                 break
+    except BaseException:
+        cblist._on_train_failed()
+        raise
     finally:
         feed.close()
     cblist.on_train_end(logs)

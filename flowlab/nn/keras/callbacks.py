@@ -48,6 +48,7 @@ class Callback:
 
     def on_train_begin(self, logs=None): pass
     def on_train_end(self, logs=None): pass
+    def _on_train_failed(self): pass      # flowlab's own: fit raised (no Keras callback hears of that)
     def on_epoch_begin(self, epoch, logs=None): pass
     def on_epoch_end(self, epoch, logs=None): pass
     def on_train_batch_begin(self, batch, logs=None): pass
@@ -120,6 +121,10 @@ class CallbackList:
         for cb in self._by_hook[hook]:
             getattr(cb, hook)(batch, logs)
 
+    def _on_train_failed(self):
+        for cb in self.callbacks:
+            cb._on_train_failed()
+
     def __getattr__(self, hook):
         if not hook.startswith("on_"):
             raise AttributeError(hook)
@@ -188,6 +193,10 @@ class ProgbarLogger(Callback):
 
     def on_train_end(self, logs=None):
         self.bar.finish("stopped" if getattr(self.model, "stop_training", False) else "done")
+
+    def _on_train_failed(self):
+        if self.bar is not None and self.bar.status in ("waiting", "running"):
+            self.bar.finish("failed")       # the monitor says so instead of running on forever
 
 
 def _monitor_mode(mode, monitor):
