@@ -213,23 +213,27 @@ def test_snapshot_repr_and_html(make_cluster):
 
 
 def test_the_widget_view_drives_the_cluster(make_cluster):
-    pytest.importorskip("ipywidgets")
-    from flowlab._display import show
+    """cluster.panel() is the live view; its actions (what the buttons send) act on the processes."""
+    pytest.importorskip("anywidget")
     c = make_cluster(workers=2)
-    view = show(c, force=True)
+    view = c.panel()
     try:
-        assert "alive" in view.table.value
-        view.task.value = c.workers[1]
-        view.kill_button.click()
+        assert view is c.panel()                   # one panel per cluster
+        w1 = c.workers[1]
+        row = next(t for t in view.snapshot["tasks"] if t["task"] == w1)
+        assert row["status"] == "alive" and row["pid"] == c.pid(1)
+        old = c.pid(1)
+        assert view.act("kill", task=w1)["ok"]
         end = time.monotonic() + 5
         while c.status(1) != "dead" and time.monotonic() < end:
             time.sleep(0.05)
         view.refresh()
-        assert "dead" in view.table.value
-        view.restart_button.click()
-        assert c.status(1) == "alive"
-        view.log_button.click()
-        assert "listening on" in view.log_box.value
+        assert next(t for t in view.snapshot["tasks"] if t["task"] == w1)["status"] == "dead"
+        reply = view.act("restart", task=1)
+        assert reply["ok"] and c.status(1) == "alive" and c.pid(1) != old, reply
+        log = view.act("log", task=w1)
+        assert log["ok"] and "listening on" in log["result"]["text"], log
+        assert "has no task" in view.act("kill", task=7)["error"]
     finally:
         view.close()
 
