@@ -98,22 +98,64 @@ function clusterPanel(model, root) {
   root.classList.add("fl-cluster");
   let taskNames = "";
 
-  const rowButtons = (t, state) => {
-    const live = ["alive", "unresponsive", "paused", "starting"].includes(t.status);
-    const task = t.task;
-    const b = (name, label, tip, enabled, args) =>
-      h("button", { class: `fl-act-${name}`, title: tip, disabled: !enabled,
-                    onclick: () => message.run(model, `${name} ${task}`, name, { task, ...(args || {}) }) }, label);
-    return [
-      b("kill", "Kill", "SIGKILL this task's process", live, null),
-      t.status === "paused"
-        ? b("resume", "Resume", "wake it (SIGCONT)", true)
-        : b("pause", "Pause", "freeze it (SIGSTOP): calls waiting on it fail at once", live && state !== "starting"),
-      b("restart", "Restart", "start this task again (a new process that rejoins the group)", t.status !== "closed"),
-      b("stack", "Stack", "its threads' current Python stacks (works while it is busy)", live),
-      b("log", "Log", "the last lines of its log (stdout and stderr)", t.status !== "closed"),
-    ];
+  // One row per task, made once and updated in place: a button must not be replaced under the
+  // pointer (a snapshot arrives every 0.5 s while a task is busy, and a click spans mouse down to up).
+  const rowsByTask = new Map();
+  const makeRow = (task) => {
+    const b = (name, label, tip) =>
+      h("button", { class: `fl-act-${name}`, title: tip,
+                    onclick: () => message.run(model, `${name} ${task}`, name, { task }) }, label);
+    const buttons = {
+      kill: b("kill", "Kill", "SIGKILL this task's process"),
+      pause: b("pause", "Pause", "freeze it (SIGSTOP): calls waiting on it fail at once"),
+      resume: b("resume", "Resume", "wake it (SIGCONT)"),
+      restart: b("restart", "Restart", "start this task again (a new process that rejoins the group)"),
+      stack: b("stack", "Stack", "its threads' current Python stacks (works while it is busy)"),
+      log: b("log", "Log", "the last lines of its log (stdout and stderr)"),
+    };
+    const cell = (cls) => h("td", { class: cls });
+    const cells = {
+      pid: h("span", { class: "fl-pid" }), address: h("code", { class: "fl-address" }),
+      state: cell("fl-state"), cpu: cell("fl-num fl-cpu"), rss: cell("fl-num fl-rss"),
+      running: cell("fl-running"), msgs: cell("fl-num fl-msgs"), bytes: cell("fl-num fl-bytes"),
+      spark: cell("fl-spark-cell"), faults: cell("fl-faults"),
+    };
+    // pid and address sit under the task's name, so that the row fits a notebook's width
+    const tr = h("tr", { class: "fl-task", "data-task": task },
+      h("td", { class: "fl-task-name" }, h("code", {}, task),
+        h("div", { class: "fl-sub" }, "pid ", cells.pid, " · ", cells.address)),
+      cells.state, h("td", { class: "fl-row-actions" }, Object.values(buttons)),
+      cells.cpu, cells.rss, cells.running, cells.msgs, cells.bytes, cells.spark, cells.faults);
+    return { tr, buttons, cells };
   };
+  const updateRow = (row, t, state, closed, scheduled, unit) => {
+    const { tr, buttons, cells } = row;
+    const live = ["alive", "unresponsive", "paused", "starting"].includes(t.status);
+    tr.className = `fl-task fl-row-${state}`;
+    const enable = { kill: live, pause: live && state !== "starting", resume: true,
+                     restart: t.status !== "closed", stack: live, log: t.status !== "closed" };
+    for (const [name, button] of Object.entries(buttons)) {
+      button.disabled = closed || !enable[name];
+      button.hidden = closed || (name === "resume" ? t.status !== "paused" : name === "pause" && t.status === "paused");
+    }
+    cells.pid.textContent = flDash(t.pid, String);
+    cells.address.textContent = t.address || "-";
+    cells.state.className = `fl-state fl-state-${state}`;
+    cells.state.title = FL_STATE_TIPS[state] || state;
+    cells.state.replaceChildren(h("span", { class: "fl-dot" }), state + flExitNote(t));
+    cells.cpu.textContent = flDash(t.cpu, (v) => `${Math.round(v)}%`);
+    cells.rss.textContent = flDash(t.rss, fmtBytes);
+    cells.running.replaceChildren(t.running ? h("code", {}, t.running) : "-");
+    cells.msgs.textContent = `${flDash(t.msgs_in, String)} / ${flDash(t.msgs_out, String)}`;
+    cells.bytes.textContent = `${flDash(t.bytes_in, fmtBytes)} / ${flDash(t.bytes_out, fmtBytes)}`;
+    const spark = sparkline(t.history || [], 56, 16);
+    spark.append(s("title", { text: `last ${(t.history || []).length} samples (${unit})` }));
+    cells.spark.replaceChildren(spark);
+    cells.faults.textContent = flFaults(t, scheduled);
+  };
+  const head = h("tr", {}, ...["task · pid · address", "state", "", "CPU", "memory", "running",
+                               "msgs in/out", "bytes in/out", "activity", "faults"].map((c) => h("th", {}, c)));
+  table.append(head);
 
   function draw(snap) {
     const tasks = snap.tasks || [];
@@ -126,29 +168,22 @@ function clusterPanel(model, root) {
     const scheduled = {};
     for (const [, action, task] of snap.scheduled || []) (scheduled[task] = scheduled[task] || []).push(action);
     const unit = snap.history_unit || "%";
-    // pid and address sit under the task's name, so that the row fits a notebook's width
-    const head = h("tr", {}, ...["task · pid · address", "state", "", "CPU", "memory", "running",
-                                 "msgs in/out", "bytes in/out", "activity", "faults"].map((c) => h("th", {}, c)));
-    const rows = tasks.map((t) => {
-      const state = flState(t);
-      const spark = sparkline(t.history || [], 56, 16);
-      spark.append(s("title", { text: `last ${(t.history || []).length} samples (${unit})` }));
-      return h("tr", { class: `fl-task fl-row-${state}`, "data-task": t.task },
-        h("td", { class: "fl-task-name" }, h("code", {}, t.task),
-          h("div", { class: "fl-sub" }, "pid ", h("span", { class: "fl-pid" }, flDash(t.pid, String)),
-            " · ", h("code", { class: "fl-address" }, t.address || "-"))),
-        h("td", { class: `fl-state fl-state-${state}`, title: FL_STATE_TIPS[state] || state },
-          h("span", { class: "fl-dot" }), state + flExitNote(t)),
-        h("td", { class: "fl-row-actions" }, closed ? [] : rowButtons(t, state)),
-        h("td", { class: "fl-num fl-cpu" }, flDash(t.cpu, (v) => `${Math.round(v)}%`)),
-        h("td", { class: "fl-num fl-rss" }, flDash(t.rss, fmtBytes)),
-        h("td", { class: "fl-running" }, t.running ? h("code", {}, t.running) : "-"),
-        h("td", { class: "fl-num fl-msgs" }, `${flDash(t.msgs_in, String)} / ${flDash(t.msgs_out, String)}`),
-        h("td", { class: "fl-num fl-bytes" }, `${flDash(t.bytes_in, fmtBytes)} / ${flDash(t.bytes_out, fmtBytes)}`),
-        h("td", { class: "fl-spark-cell" }, spark),
-        h("td", { class: "fl-faults" }, flFaults(t, scheduled)));
-    });
-    table.replaceChildren(head, ...rows);
+    const seen = new Set();
+    let previous = head;
+    for (const t of tasks) {
+      let row = rowsByTask.get(t.task);
+      if (!row) {
+        row = makeRow(t.task);
+        rowsByTask.set(t.task, row);
+      }
+      if (row.tr.previousSibling !== previous) previous.after(row.tr);   // in snapshot order; moved only if not
+      previous = row.tr;
+      updateRow(row, t, flState(t), closed, scheduled, unit);
+      seen.add(t.task);
+    }
+    for (const [task, row] of rowsByTask) {
+      if (!seen.has(task)) { row.tr.remove(); rowsByTask.delete(task); }
+    }
 
     const names = tasks.map((t) => t.task).join("\n");
     if (names !== taskNames) {          // keep the user's choice across redraws
@@ -186,6 +221,5 @@ function clusterPanel(model, root) {
 function renderClusterView({ model, el }) {
   el.classList.add("fl-view", "fl-cluster-view");
   const panel = clusterPanel(model, el);
-  act(model, "hello", {});      // see ClusterView.do_hello: puts the comm on a kernel subshell
   return onSnapshot(model, panel.draw);
 }

@@ -163,7 +163,7 @@ class ClusterView(SnapshotView):
     _css = css("cluster.css")
     every = 0.5
     actions = ("kill", "pause", "resume", "restart", "stack", "log", "add_worker", "stop", "delay",
-               "clear_faults", "hello")
+               "clear_faults")
 
     @property
     def cluster(self):
@@ -172,12 +172,6 @@ class ClusterView(SnapshotView):
 
     def read(self) -> dict:
         return {"mode": "cluster", **panel_snapshot(self.cluster)}
-
-    def do_hello(self):
-        """Sent by the front end once drawn. JupyterLab moves a widget's comm to a kernel subshell
-        (where clicks are handled while a cell runs) only after the comm's first message; this is
-        that message, so the first real click is not the one that waits behind a running cell."""
-        return "hello"
 
     def do_kill(self, task):
         self.cluster.kill(task)

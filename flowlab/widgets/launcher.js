@@ -55,7 +55,6 @@ export default {
     el.append(formRoot, panelBox);
     const form = launcherForm(model, formRoot);
     const panel = clusterPanel(model, panelRoot);
-    act(model, "hello", {});      // see ClusterView.do_hello
     return onSnapshot(model, (snap) => {
       const cluster = snap.mode === "cluster";
       formRoot.style.display = cluster ? "none" : "";
