@@ -48,3 +48,36 @@ def click(view, action, **args):
                                                "content": {"action": action, "args": args, "id": 7}}},
                           "buffers": []})
     return view.comm.custom()[-1]
+
+
+class DisplayHandle:
+    """What IPython's ``display(..., display_id=True)`` returns: keeps the bundle first shown
+    (``shown``) and records every update (``updates``)."""
+
+    def __init__(self, data):
+        self.shown, self.updates = data, []
+
+    def update(self, data, metadata=None, raw=False):
+        self.updates.append(data)
+
+
+def display_in_kernel(monkeypatch):
+    """Make flowlab believe it runs in a kernel: ``flowlab._display.in_kernel`` says so and IPython's
+    ``display`` is stood in for: a view displays itself (over the test's recording comm, so take the
+    ``widget_comm`` fixture too), a raw bundle shown with ``display_id=True`` gets a DisplayHandle.
+    Returns the list of handles made, oldest first."""
+    import IPython.display
+
+    import flowlab._display as display
+    handles = []
+
+    def fake_display(obj, metadata=None, raw=False, display_id=None, **kwargs):
+        if not raw:                      # display(view): IPython asks the view to display itself
+            return obj._ipython_display_()
+        assert display_id is True
+        handles.append(DisplayHandle(obj))
+        return handles[-1]
+
+    monkeypatch.setattr(display, "in_kernel", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", fake_display)
+    return handles

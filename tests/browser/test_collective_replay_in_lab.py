@@ -5,18 +5,13 @@ that the arrows shown (sender, receiver, chunk, bytes) are that step's recorded 
 step label names it; the re-run form records a fresh all-reduce with a slowed rank. Screenshots
 land in .pt/screenshots/ and the ring's in docs/screenshots/replay.png."""
 import json
-import re
-import shutil
-import urllib.parse
-import urllib.request
-from pathlib import Path
 
 import pytest
 
+from _lab import REPO, SCREENSHOTS, open_notebook, run_all, shoot, shut_down_and_reap, to_docs
+
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOTS = REPO / ".pt" / "screenshots"
 LESSON = REPO / "lessons" / "09_allreduce.ipynb"
 NAME = "replay_check.ipynb"
 CHECK = """import json
@@ -45,20 +40,6 @@ def _notebook():
     return nb
 
 
-def _put(lab, name, notebook):
-    token = urllib.parse.parse_qs(urllib.parse.urlsplit(lab.tree_url(name)).query)["token"][0]
-    body = json.dumps({"type": "notebook", "format": "json", "content": notebook}).encode()
-    request = urllib.request.Request(f"{lab.base}/api/contents/{name}?token={token}", data=body, method="PUT",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as reply:
-        assert reply.status in (200, 201)
-
-
-def _menu(page, top, command):
-    page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text=re.compile(f"^{top}$")).click()
-    page.locator(f".lm-Menu-item[data-command='{command}']").click()
-
-
 SHOWN_JS = """(root) => [...root.querySelectorAll('g.fl-replay-msg')].map(g =>
     [Number(g.dataset.src), Number(g.dataset.dst), g.dataset.chunks, Number(g.dataset.bytes), Number(g.dataset.step)])"""
 
@@ -75,13 +56,10 @@ def _sum_parts(sends):
 def test_stepping_the_replay_shows_the_recorded_messages(lab, page):
     from playwright.sync_api import expect
 
-    _put(lab, NAME, _notebook())
-    status = page.locator("#jp-main-statusbar")
-    page.goto(lab.tree_url(NAME))
+    status = open_notebook(lab, page, NAME, _notebook())
     started = []
     try:
-        expect(status).to_contain_text("| Idle")
-        _menu(page, "Run", "runmenu:run-all")
+        run_all(page, status)
         last = page.locator(".jp-Notebook .jp-CodeCell").last.locator(".jp-OutputArea")
         expect(last).to_contain_text("EXPECTED", timeout=180_000)
         expected = json.loads(last.inner_text().split("EXPECTED", 1)[1].strip().splitlines()[0])
@@ -135,12 +113,8 @@ def test_stepping_the_replay_shows_the_recorded_messages(lab, page):
         expect(root.locator("g.fl-replay-rank.fl-replay-done")).to_have_count(3)
         root.screenshot(path=SCREENSHOTS / "replay_rerun.png")
     finally:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=SCREENSHOTS / "replay_page.png")
-        started = started or lab.processes()
-        _menu(page, "Kernel", "kernelmenu:shutdown")
-        expect(status).to_contain_text("No Kernel")
-        left = lab.survivors(started)
+        shoot(page, "replay_page.png")
+        left = shut_down_and_reap(lab, page, status, started)
     assert not left, f"still running after the kernel shut down (now killed): {left}"
     # anywidget rejects a model's "ready" promise when loading it took over 2 s (AbortSignal.timeout(2000)
     # in its runtime): on a loaded machine, while the lesson's measurements run, that happens to some
@@ -148,5 +122,4 @@ def test_stepping_the_replay_shows_the_recorded_messages(lab, page):
     # replay above was drawn and driven). Any other page error fails the test.
     slow_init = "[anywidget] Failed to initialize model."
     assert [e for e in page.errors if e != slow_init] == []
-    (REPO / "docs" / "screenshots").mkdir(parents=True, exist_ok=True)
-    shutil.copy(SCREENSHOTS / "replay_ring.png", REPO / "docs" / "screenshots" / "replay.png")
+    to_docs("replay_ring.png", "replay.png")

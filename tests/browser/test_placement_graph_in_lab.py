@@ -3,33 +3,22 @@ graph of model_loss, hovering the layer-2 matmul shows a tooltip naming its op, 
 lesson's own source line; clicking it lists its inputs (relu, copied from GPU:0 with its 512 B, and
 w2) and its consumer; the copies carry their bytes. Screenshots land in .pt/screenshots and the
 widget's in docs/screenshots/placement_graph.png."""
-import shutil
-from pathlib import Path
 
 import pytest
 
-from test_lessons_in_lab import _menu, _wait_for_run
+from _lab import REPO, cells_to_run, open_notebook, run_all, shoot, shut_down_and_reap, to_docs
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOTS = REPO / ".pt" / "screenshots"
 LESSON = "03_devices_and_placement.ipynb"
 
 
 def test_hover_and_click_a_node_of_lesson_03(lab, page):
-    import json
     from playwright.sync_api import expect
 
-    cells = json.loads((REPO / "lessons" / LESSON).read_text())["cells"]
-    to_run = {i for i, c in enumerate(cells) if c["cell_type"] == "code" and "".join(c["source"]).strip()}
-    status = page.locator("#jp-main-statusbar")
-    page.goto(lab.tree_url(LESSON))
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    status = open_notebook(lab, page, LESSON)
     try:
-        expect(status).to_contain_text("| Idle")
-        _menu(page, "Run", "runmenu:run-all")
-        _wait_for_run(page, to_run, {"image/png": 0, "application/vnd.jupyter.widget-view+json": 0})
+        run_all(page, status, cells_to_run(REPO / "lessons" / LESSON))
         graph = page.locator(".fl-placement").filter(has_text="function model_loss").first
         expect(graph.locator(".fl-pg-node")).to_have_count(13)
         expect(graph.locator(".fl-pg-bytes")).to_have_count(3)
@@ -44,7 +33,7 @@ def test_hover_and_click_a_node_of_lesson_03(lab, page):
         expect(tip).to_contain_text("matmul  matmul_1")
         expect(tip).to_contain_text("device: /job:localhost/replica:0/task:0/device:GPU:1")
         expect(tip).to_contain_text("logits = h @ w2 + b2")
-        graph.screenshot(path=SCREENSHOTS / "placement_graph_hover.png")
+        shoot(graph, "placement_graph_hover.png")
 
         node.click()
         details = graph.locator(".fl-pg-details")
@@ -56,19 +45,14 @@ def test_hover_and_click_a_node_of_lesson_03(lab, page):
         expect(details.locator(".fl-pg-consumers")).to_contain_text("add")
         expect(graph.locator(".fl-pg-node.selected")).to_have_count(1)
         page.mouse.move(0, 0)
-        graph.screenshot(path=SCREENSHOTS / "placement_graph.png")
+        shoot(graph, "placement_graph.png")
 
         tasks = page.locator(".fl-placement").filter(has_text="/job:worker/replica:0/task:1").first
         expect(tasks.locator(".fl-pg-bytes")).to_have_text("8.00 KiB")
-        tasks.screenshot(path=SCREENSHOTS / "placement_graph_tasks.png")
+        shoot(tasks, "placement_graph_tasks.png")
     finally:
-        page.screenshot(path=SCREENSHOTS / "placement_graph_lesson03.png")
-        started = lab.processes()
-        _menu(page, "Kernel", "kernelmenu:shutdown")
-        expect(status).to_contain_text("No Kernel")
-        left = lab.survivors(started)
+        shoot(page, "placement_graph_lesson03.png")
+        left = shut_down_and_reap(lab, page, status)
     assert not left, f"still running after the kernel shut down: {left}"
     assert page.errors == []
-    docs = REPO / "docs" / "screenshots"
-    docs.mkdir(parents=True, exist_ok=True)
-    shutil.copy(SCREENSHOTS / "placement_graph.png", docs / "placement_graph.png")
+    to_docs("placement_graph.png", "placement_graph.png")

@@ -6,15 +6,14 @@ properly nested slices per thread, a flow per message. Screenshots land in .pt/s
 the zoomed one in docs/screenshots/timeline.png)."""
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
+from _lab import SCREENSHOTS, code_notebook, open_notebook, run_cell, shoot, shut_down, to_docs
+
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOTS = REPO / ".pt" / "screenshots"
 NAME = "timeline_widget.ipynb"
 CELLS = [
     """import numpy as np
@@ -28,30 +27,6 @@ timeline = Timeline.from_(group, title="20 ring all-reduces on 3 ranks")
 timeline""",
     "print('window', timeline._live_view.window)",
 ]
-
-
-def _notebook():
-    cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": src}
-             for src in CELLS]
-    return {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
-            "metadata": {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
-                                        "name": "python3"}}}
-
-
-def _put(lab, name, notebook):
-    import urllib.parse
-    import urllib.request
-    token = urllib.parse.parse_qs(urllib.parse.urlsplit(lab.tree_url(name)).query)["token"][0]
-    body = json.dumps({"type": "notebook", "format": "json", "content": notebook}).encode()
-    request = urllib.request.Request(f"{lab.base}/api/contents/{name}?token={token}", data=body, method="PUT",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as reply:
-        assert reply.status in (200, 201)
-
-
-def _run_cell(page, index):
-    page.locator(".jp-Notebook .jp-CodeCell").nth(index).locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Control+Enter")
 
 
 def _check_trace(data):
@@ -79,14 +54,12 @@ def _check_trace(data):
 def test_hover_zoom_pan_and_export_a_trace(lab, page):
     from playwright.sync_api import expect
 
-    _put(lab, NAME, _notebook())
-    status = page.locator("#jp-main-statusbar")
-    page.goto(lab.tree_url(NAME))
+    status = open_notebook(lab, page, NAME, code_notebook(CELLS))
     view = page.locator(".fl-view.fl-timeline")
     info = view.locator(".fl-tl-info")
     try:
         expect(status).to_contain_text("| Idle")
-        _run_cell(page, 0)
+        run_cell(page, 0)
         expect(info).to_contain_text("660 events")          # 20 calls x 11 events x 3 ranks
         expect(info).to_contain_text("240 messages")       # 2(n-1) sends per rank and call
         labels = view.locator(".fl-tl-labels text")
@@ -108,7 +81,7 @@ def test_hover_zoom_pan_and_export_a_trace(lab, page):
             page.wait_for_timeout(60)
         expect(info).not_to_have_text(whole)
         expect(info).not_to_contain_text("merged")           # the kernel sent the window's every event
-        _run_cell(page, 1)                                   # and holds the window
+        run_cell(page, 1)                                    # and holds the window
         out = page.locator(".jp-Notebook .jp-CodeCell").nth(1).locator(".jp-OutputArea")
         expect(out).to_contain_text(re.compile(r"window \(\d\.\d+(e-\d+)?, \d\.\d+(e-\d+)?\)"))
 
@@ -162,13 +135,9 @@ def test_hover_zoom_pan_and_export_a_trace(lab, page):
         assert len(ends) == 240 and all(v == {"s": "send", "f": "recv"} for v in ends.values())
         assert data["metadata"]["base_perf_counter"] > 0
     finally:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=SCREENSHOTS / "timeline_page.png")
-        if (SCREENSHOTS / "timeline.png").exists():
-            shutil.copy(SCREENSHOTS / "timeline.png", REPO / "docs" / "screenshots" / "timeline.png")
-        page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text=re.compile("^Kernel$")).click()
-        page.locator(".lm-Menu-item[data-command='kernelmenu:shutdown']").click()
-        expect(status).to_contain_text("No Kernel")
+        shoot(page, "timeline_page.png")
+        to_docs("timeline.png", "timeline.png")
+        shut_down(page, status)
     assert page.errors == []
 
 
@@ -193,17 +162,12 @@ def test_forty_thousand_events_draw_bounded_and_zoom_quickly(lab, page):
     at once (the detail of the window follows from the kernel)."""
     from playwright.sync_api import expect
 
-    notebook = _notebook()
-    notebook["cells"] = notebook["cells"][:1]
-    notebook["cells"][0]["source"] = BIG
-    _put(lab, "timeline_big.ipynb", notebook)
-    status = page.locator("#jp-main-statusbar")
-    page.goto(lab.tree_url("timeline_big.ipynb"))
+    status = open_notebook(lab, page, "timeline_big.ipynb", code_notebook([BIG]))
     view = page.locator(".fl-view.fl-timeline")
     info = view.locator(".fl-tl-info")
     try:
         expect(status).to_contain_text("| Idle")
-        _run_cell(page, 0)
+        run_cell(page, 0)
         expect(info).to_contain_text("40004 events")
         expect(info).to_contain_text("short events merged")
         bars = view.locator(".fl-tl-bar")
@@ -230,7 +194,5 @@ def test_forty_thousand_events_draw_bounded_and_zoom_quickly(lab, page):
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         view.screenshot(path=SCREENSHOTS / "timeline_big_zoomed.png")
     finally:
-        page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text=re.compile("^Kernel$")).click()
-        page.locator(".lm-Menu-item[data-command='kernelmenu:shutdown']").click()
-        expect(status).to_contain_text("No Kernel")
+        shut_down(page, status)
     assert page.errors == []

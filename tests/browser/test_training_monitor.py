@@ -5,19 +5,14 @@ and a pipeline whose map starts with fl.data.AUTOTUNE. The monitor shows the run
 every epoch with a time above zero and a throughput, and the loss per epoch as a chart; the
 observatory shows each stage live while the cell iterates, then finished, with AUTOTUNE's decision
 and its reason. Screenshots go to .pt/screenshots/ and docs/screenshots/."""
-import json
 import re
-import urllib.parse
-import urllib.request
-from pathlib import Path
 
 import pytest
 
+from _lab import code_notebook, open_notebook, run_cell, shoot, shut_down_and_reap
+
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOTS = REPO / ".pt" / "screenshots"
-DOCS_SHOTS = REPO / "docs" / "screenshots"
 NAME = "training_monitor.ipynb"
 EPOCHS = 6
 CELLS = [
@@ -49,49 +44,17 @@ print("batches:", ds.stats()["batch#2"]["elements"])""",
 ]
 
 
-def _notebook(cells=CELLS):
-    cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": src}
-             for src in cells]
-    return {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
-            "metadata": {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
-                                        "name": "python3"}}}
-
-
-def _put(lab, name, notebook):
-    """Save ``notebook`` in the server's root with Jupyter's contents API (PUT /api/contents)."""
-    token = urllib.parse.parse_qs(urllib.parse.urlsplit(lab.tree_url(name)).query)["token"][0]
-    body = json.dumps({"type": "notebook", "format": "json", "content": notebook}).encode()
-    request = urllib.request.Request(f"{lab.base}/api/contents/{name}?token={token}", data=body, method="PUT",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as reply:
-        assert reply.status in (200, 201)
-
-
-def _run_cell(page, index):
-    page.locator(".jp-Notebook .jp-CodeCell").nth(index).locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Control+Enter")
-
-
-def _shoot(locator, name):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
-    locator.screenshot(path=SCREENSHOTS / name)
-    locator.screenshot(path=DOCS_SHOTS / name)
-
-
 def test_the_monitor_and_the_observatory_show_a_fit_and_a_pipeline_as_they_run(lab, page):
     from playwright.sync_api import expect
 
-    _put(lab, NAME, _notebook())
-    status = page.locator("#jp-main-statusbar")
-    page.goto(lab.tree_url(NAME))
+    status = open_notebook(lab, page, NAME, code_notebook(CELLS))
     started = []
     try:
         expect(status).to_contain_text("| Idle")
         started = lab.processes()
 
         # -- the training monitor ------------------------------------------------------------------
-        _run_cell(page, 0)
+        run_cell(page, 0)
         monitor = page.locator(".fl-view.fl-progress")
         expect(monitor.locator(".fl-progress-status")).to_have_text("running")
         expect(monitor.locator(".fl-progress-title")).to_contain_text(re.compile(r"Epoch [1-9]/%d" % EPOCHS))
@@ -111,11 +74,11 @@ def test_the_monitor_and_the_observatory_show_a_fit_and_a_pipeline_as_they_run(l
         expect(monitor.locator(".fl-loss-chart circle")).to_have_count(2 * EPOCHS)
         expect(monitor.locator(".fl-throughput .fl-big")).to_have_text(re.compile(r"^[\d,.]+$"))
         expect(monitor.locator(".fl-replicas")).to_have_text("1 replica")
-        _shoot(monitor, "training_monitor.png")
+        shoot(monitor, "training_monitor.png", "training_monitor.png")
 
         # -- the pipeline observatory --------------------------------------------------------------
         expect(status).to_contain_text("| Idle")
-        _run_cell(page, 1)
+        run_cell(page, 1)
         observatory = page.locator(".fl-view.fl-pipeline")
         state = observatory.locator(".fl-pipe-state")
         expect(state).to_have_text("running")
@@ -135,14 +98,9 @@ def test_the_monitor_and_the_observatory_show_a_fit_and_a_pipeline_as_they_run(l
         expect(observatory.locator(".fl-stage[data-stage='map#1'] .fl-stage-waittext")).to_contain_text("requests")
         decision = observatory.locator(".fl-decision").first
         expect(decision).to_contain_text(re.compile(r"map#1 parallelism 1 \u2192 2: its consumer waited \d+%"))
-        _shoot(observatory, "pipeline.png")
+        shoot(observatory, "pipeline.png", "pipeline.png")
     finally:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=SCREENSHOTS / "training_monitor_page.png")
-        started = started or lab.processes()
-        page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text=re.compile("^Kernel$")).click()
-        page.locator(".lm-Menu-item[data-command='kernelmenu:shutdown']").click()
-        expect(status).to_contain_text("No Kernel")
-        left = lab.survivors(started)
+        shoot(page, "training_monitor_page.png")
+        left = shut_down_and_reap(lab, page, status, started)
     assert not left, f"still running after the kernel shut down (now killed): {left}"
     assert page.errors == []

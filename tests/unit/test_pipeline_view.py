@@ -16,6 +16,7 @@ import flowlab as fl  # noqa: E402
 import flowlab._display as display  # noqa: E402
 from flowlab.data import stats as stats_mod  # noqa: E402
 from flowlab.widgets.pipeline import PipelineView  # noqa: E402
+from _widgets import display_in_kernel  # noqa: E402
 
 D = fl.data.Dataset
 
@@ -122,29 +123,9 @@ def test_with_stats_off_the_observatory_says_so_and_does_not_tick(widget_comm):
     assert snap["counting"] is False and snap["closed"]
 
 
-class Handle:
-    """What IPython's display(..., display_id=True) returns: records the updates."""
-
-    def __init__(self, data):
-        self.shown, self.updates = data, []
-
-    def update(self, data, metadata=None, raw=False):
-        self.updates.append(data)
-
-
 def test_displayed_before_the_loop_the_display_ends_showing_the_finished_run(widget_comm, monkeypatch):
     import IPython.display
-    handles = []
-
-    def fake_display(obj, metadata=None, raw=False, display_id=None, **kwargs):
-        if not raw:
-            return obj._ipython_display_()
-        assert display_id is True
-        handles.append(Handle(obj))
-        return handles[-1]
-
-    monkeypatch.setattr(display, "in_kernel", lambda: True)
-    monkeypatch.setattr(IPython.display, "display", fake_display)
+    handles = display_in_kernel(monkeypatch)
     ds = D.range(60).map(slow, num_parallel_calls=2).batch(6).prefetch(2)
     it = iter(ds)
     IPython.display.display(it.stats())            # as a lesson does: display(epoch.stats())
