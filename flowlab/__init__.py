@@ -44,6 +44,7 @@ def __getattr__(name):
             "distribute": ".distribute",  # ``fl.distribute``: strategies
             "horovod": ".horovod",        # ``flowlab.horovod``: the Horovod-style API
             "widgets": ".widgets",        # ``fl.widgets``: placement graph, collective replay, timeline
+            "grading": ".grading",        # ``fl.grading``: check(id, answer) in place, manifests, ``flowlab grade``
             "losses": ".nn.keras.losses"}  # ``fl.losses`` as ``tf.losses``: the same as ``fl.keras.losses``
     if name in lazy:   # imported on first use
         import importlib

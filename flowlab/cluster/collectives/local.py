@@ -13,6 +13,18 @@ its buffers at once. Faults can be injected, as a teacher would on a real cluste
 - ``delay(rank, seconds)``: every message that rank sends leaves that much later (a slow link).
 - ``drop(rank)``: messages from that rank vanish (a broken link): silence again.
 
+And two switches for graders (:mod:`flowlab.grading.properties`), both off by default (then the
+first costs nothing and the second one attribute test per send):
+
+- ``LocalGroup(n, reorder_seed=k)``: deliveries are reordered on purpose. ``recv`` waits a moment
+  (``reorder_window`` seconds) for more messages, then hands out the oldest message of a sender
+  chosen by a random generator seeded with ``k`` and the rank: messages from one sender still
+  arrive in order (the contract), but between senders the order follows the seed, not the clock.
+  ``group.deliveries[r]`` lists the senders of what rank r received, in order.
+- ``LocalGroup(n, message_events=True)``: every message the transport carries is an event of
+  kind ``message`` (name ``inproc``, ``rank`` the sender, attr ``peer`` the receiver, its
+  ``bytes``), so raw ``comm.send`` calls, not only collectives, can be counted from ``events``.
+
 >>> from flowlab.cluster.collectives import LocalGroup, allreduce
 >>> with LocalGroup(3) as group:
 ...     group.run(lambda comm: allreduce([comm.rank, 1]).tolist())
@@ -21,12 +33,13 @@ its buffers at once. Faults can be injected, as a teacher would on a real cluste
 from __future__ import annotations
 
 import queue
+import random
 import threading
 import time
 
 import numpy as np
 
-from ..events import EventLog
+from ..events import EventLog, now
 from .comm import Communicator, PeerGone, use
 
 __all__ = ["LocalGroup", "LocalCommunicator"]
@@ -43,6 +56,10 @@ class LocalCommunicator(Communicator):
         self.segment_bytes = group.segment_bytes
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._told: set = set()     # dead peers already reported by recv
+        if group.reorder_seed is not None:   # reordered deliveries: messages taken in, not yet handed out
+            self._held: list = []
+            self._rng = random.Random(f"flowlab-reorder:{group.reorder_seed}:{rank}")
+            self.recv = self._recv_reordered      # only then: the plain path stays as it was
 
     def send(self, peer, header, arrays):
         g = self.group
@@ -58,7 +75,53 @@ class LocalCommunicator(Communicator):
         if not 0 <= peer < self.size or peer == self.rank:
             raise ValueError(f"rank {self.rank} cannot send to rank {peer} in a group of {self.size}")
         # the copy is the wire: the receiver owns what it gets, the sender may reuse its buffers
-        g._comms[peer]._inbox.put((self.rank, header, [np.array(a, copy=True, order="C") for a in arrays]))
+        copies = [np.array(a, copy=True, order="C") for a in arrays]
+        if g.message_events:
+            t = now()
+            g.events.record_fields("message", "inproc", t, t, sum(a.nbytes for a in copies), self.rank,
+                                   ("peer",), (peer,))
+        g._comms[peer]._inbox.put((self.rank, header, copies))
+
+    def _recv_reordered(self, timeout):
+        """The next message in the seeded order (see the module docstring): one sender's messages
+        keep their order; which sender's comes next is the seeded generator's choice among those
+        that arrived within ``reorder_window`` seconds."""
+        held, inbox = self._held, self._inbox
+        if not held:
+            held.append(LocalCommunicator.recv(self, timeout))   # waits, raises TimeoutError/PeerGone as usual
+            window = self.group.reorder_window
+            if timeout is not None:
+                window = min(window, max(0.0, timeout))
+            end = time.perf_counter() + window
+            while True:
+                left = end - time.perf_counter()
+                try:
+                    item = inbox.get(timeout=left) if left > 0 else inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _WAKE:
+                    break                         # a fault or a close: let the next call see it
+                held.append(item)
+        else:
+            self._check_alive()
+            if self.rank in self.group._stopped:
+                self.group._wait_resumed(self.rank, None if timeout is None else time.perf_counter() + timeout)
+                self._check_alive()
+            while True:                           # whatever else is here now joins the choice
+                try:
+                    item = inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _WAKE:
+                    break
+                held.append(item)
+        senders = sorted({item[0] for item in held})
+        src = senders[self._rng.randrange(len(senders))] if len(senders) > 1 else senders[0]
+        for i, item in enumerate(held):
+            if item[0] == src:
+                del held[i]
+                self.group.deliveries[self.rank].append(src)
+                return item
 
     def recv(self, timeout):
         g = self.group
@@ -98,12 +161,23 @@ class LocalGroup:
     """``n`` in-process ranks. ``group[r]`` is rank r's communicator; ``run(fn, *args)`` calls
     ``fn(comm, *args)`` on one thread per rank (each with its communicator made current) and
     returns the results in rank order. ``events``: the log every rank records into (a fresh one
-    unless given). ``segment_bytes``: how large messages are cut for pipelining."""
+    unless given). ``segment_bytes``: how large messages are cut for pipelining. ``reorder_seed``,
+    ``reorder_window`` and ``message_events``: see the module docstring."""
 
-    def __init__(self, n: int, events: EventLog | None = None, segment_bytes: int | None = None):
+    def __init__(self, n: int, events: EventLog | None = None, segment_bytes: int | None = None,
+                 reorder_seed: int | None = None, reorder_window: float = 0.003, message_events: bool = False):
         if n < 1:
             raise ValueError(f"a group needs at least one rank, got {n}")
+        if reorder_seed is not None and not isinstance(reorder_seed, (int, np.integer)):
+            raise TypeError(f"LocalGroup: reorder_seed must be an int or None, got {reorder_seed!r}")
+        if not reorder_window >= 0:
+            raise ValueError(f"LocalGroup: reorder_window must be >= 0 seconds, got {reorder_window!r}")
         self.size = n
+        self.reorder_seed = None if reorder_seed is None else int(reorder_seed)
+        self.reorder_window = float(reorder_window)
+        self.message_events = bool(message_events)
+        # with reorder_seed: per rank, the senders of the messages it received, in delivery order
+        self.deliveries = None if reorder_seed is None else [[] for _ in range(n)]
         self.events = events if events is not None else EventLog(task="local-group")
         self.segment_bytes = segment_bytes
         self._dead: set = set()

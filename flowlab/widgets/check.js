@@ -1,0 +1,42 @@
+// The result of fl.grading.check(...) (check.py): banner, cases table, hint, hidden checks.
+function drawCheck(root, snap) {
+  root.replaceChildren();
+  const ok = !!snap.passed;
+  root.classList.toggle("fl-check-passed", ok);
+  root.classList.toggle("fl-check-failed", !ok);
+  root.append(h("div", { class: "fl-check-banner" },
+    h("span", { class: "fl-check-mark", text: ok ? "✓" : "✗" }),
+    h("span", { class: "fl-check-title", text: snap.title && snap.title !== snap.id ? snap.title : snap.id }),
+    h("span", { class: "fl-check-count",
+                text: `${snap.n_passed} of ${snap.n_cases} check${snap.n_cases === 1 ? "" : "s"} passed` }),
+    h("span", { class: "fl-check-points", text: `${snap.points}/${snap.max_points} points` +
+                (ok && snap.hidden ? " if the hidden checks pass too" : "") })));
+  const cases = snap.cases || [];
+  if (cases.length) {
+    const anyWhy = cases.some((c) => c.why);
+    const cols = ["", "case", "inputs", "expected", "received"].concat(anyWhy ? ["why"] : []);
+    const head = h("tr", {}, cols.map((t) => h("th", { text: t })));
+    const rows = cases.map((c) => h("tr", { class: c.passed ? "fl-case-pass" : "fl-case-fail" },
+      h("td", { class: "fl-case-mark", text: c.passed ? "✓" : "✗" }),
+      h("td", { class: "fl-case-name", text: c.name }),
+      h("td", {}, h("code", { text: c.inputs || "" })),
+      h("td", {}, h("code", { text: c.expected || "" })),
+      h("td", {}, h("code", { text: c.received || "" })),
+      anyWhy && h("td", { class: "fl-case-why", text: c.why || "" })));
+    root.append(h("table", { class: "fl-check-cases" }, h("thead", {}, head), h("tbody", {}, rows)));
+    if (snap.cases_left_out) root.append(h("div", { class: "fl-muted", text: `… ${snap.cases_left_out} more cases` }));
+  }
+  if (snap.hint) {
+    const of = snap.hints_total > 1 ? ` ${snap.hint_number} of ${snap.hints_total}` : "";
+    root.append(h("div", { class: "fl-check-hint" }, h("b", { text: `Hint${of}: ` }), snap.hint));
+  }
+  if (snap.hidden_line) root.append(h("div", { class: "fl-check-hidden fl-muted", text: snap.hidden_line }));
+}
+
+export default {
+  render({ model, el }) {
+    const root = h("div", { class: "fl-view fl-check" });
+    el.append(root);
+    return onSnapshot(model, (snap) => drawCheck(root, snap));
+  },
+};
