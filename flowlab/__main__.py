@@ -1,6 +1,7 @@
 """The ``flowlab`` command. ``flowlab info`` says what this installation can do; ``flowlab worker``
 runs one task of a cluster from a shell; ``flowlab run -np N script.py`` runs a script on N local
-ranks (as ``horovodrun`` does)."""
+ranks (as ``horovodrun`` does); ``flowlab grade SUBMISSIONS/`` grades a folder of submissions and
+``flowlab exercises release`` writes the student version of an exercises folder."""
 from __future__ import annotations
 
 import argparse
@@ -88,6 +89,43 @@ def _run(args) -> int:
     return launch(args.np, args.script, args.args)
 
 
+def _grade(args) -> int:
+    """Grade every submission in ``args.submissions``; the summary table on stdout."""
+    from flowlab.grading.grader import grade
+    from flowlab.grading.manifest import ExerciseError, find_exercises
+
+    for name, value in (("--cell-timeout", args.cell_timeout), ("--notebook-timeout", args.notebook_timeout),
+                        ("-j", args.jobs)):
+        if value is not None and value <= 0:
+            print(f"flowlab grade: {name} must be positive (got {value:g})", file=sys.stderr)
+            return 2
+    try:
+        source = args.source or find_exercises()
+        grades = grade(args.submissions, source, args.out, jobs=args.jobs, cell_timeout=args.cell_timeout,
+                       notebook_timeout=args.notebook_timeout, case_timeout=args.case_timeout, echo=False)
+    except ExerciseError as e:
+        print(f"flowlab grade: {e}", file=sys.stderr)
+        return 2
+    print(grades.summary)
+    print(f"\nreports in {grades.out}: grades.csv, grades.json, <student>/results.json (Gradescope)")
+    return 0
+
+
+def _exercises_release(args) -> int:
+    """Write the student version of an exercises folder."""
+    from flowlab.grading.manifest import ExerciseError, find_exercises
+    from flowlab.grading.release import ReleaseError, release
+
+    try:
+        source = args.source or find_exercises()
+        written = release(source, args.out)
+    except (ReleaseError, ExerciseError) as e:
+        print(f"flowlab exercises release: {e}", file=sys.stderr)
+        return 2
+    print(f"released {len(written)} files from {source} into {args.out}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="flowlab", description="Learn and try out distributed deep learning.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
@@ -115,6 +153,37 @@ def main(argv=None) -> int:
     run.add_argument("script", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     run.set_defaults(run=_run)
+    grade = commands.add_parser(
+        "grade", help="grade a folder of submissions (fresh kernel each, fail closed)",
+        description="Grade SUBMISSIONS (a folder of student folders or notebooks, or one notebook) with the "
+                    "instructor's checks: each notebook in a fresh kernel, a deadline per cell that escalates "
+                    "(interrupt, then kill, then a fresh kernel that replays what had run), every case checked "
+                    "outside the student's process. Writes grades.csv, grades.json and a Gradescope "
+                    "results.json per student.")
+    grade.add_argument("submissions", metavar="SUBMISSIONS", help="folder of submissions, or one notebook")
+    grade.add_argument("--source", default=None, metavar="DIR",
+                       help="the instructor's exercises folder (default: the nearest exercises/ with a manifest)")
+    grade.add_argument("--out", default="grades", metavar="DIR", help="where the reports go (default grades/)")
+    grade.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                       help="submissions graded at once (default: the number of cores)")
+    grade.add_argument("--cell-timeout", type=float, default=30, metavar="S",
+                       help="seconds a student's cell may run before it is interrupted (default 30)")
+    grade.add_argument("--notebook-timeout", type=float, default=600, metavar="S",
+                       help="seconds all of a notebook's cells may take (default 600)")
+    grade.add_argument("--case-timeout", type=float, default=None, metavar="S",
+                       help="seconds one check case may take (default: the checks file's TIME_LIMIT, or 10)")
+    grade.set_defaults(run=_grade)
+    exercises = commands.add_parser("exercises", help="instructor's tools for an exercises folder")
+    ex_commands = exercises.add_subparsers(dest="exercises_command", metavar="ACTION", required=True)
+    rel = ex_commands.add_parser(
+        "release", help="write the student version (solutions and hidden tests removed)",
+        description="Copy an exercises folder for students: solution blocks replaced by '# YOUR CODE HERE', "
+                    "outputs, execution counts and metadata cleared, hidden-test blocks removed from checks.")
+    rel.add_argument("--source", default=None, metavar="DIR",
+                     help="the instructor's exercises folder (default: the nearest exercises/ with a manifest)")
+    rel.add_argument("--out", default="release", metavar="DIR",
+                     help="where the student version goes (default release/)")
+    rel.set_defaults(run=_exercises_release)
     args = parser.parse_args(argv)
     if args.version:
         import flowlab
