@@ -225,4 +225,4 @@ class CheckResult:
 
 
 def _pts(p) -> str:
-    return str(int(p)) if float(p).is_integer() else f"{p:g}"
+    return str(int(p)) if float(p).is_integer() else f"{p:.3g}"

@@ -9,7 +9,7 @@ function drawCheck(root, snap) {
     h("span", { class: "fl-check-title", text: snap.title && snap.title !== snap.id ? snap.title : snap.id }),
     h("span", { class: "fl-check-count",
                 text: `${snap.n_passed} of ${snap.n_cases} check${snap.n_cases === 1 ? "" : "s"} passed` }),
-    h("span", { class: "fl-check-points", text: `${snap.points}/${snap.max_points} points` +
+    h("span", { class: "fl-check-points", text: `${flPts(snap.points)}/${flPts(snap.max_points)} points` +
                 (ok && snap.hidden ? " if the hidden checks pass too" : "") })));
   const cases = snap.cases || [];
   if (cases.length) {
@@ -40,3 +40,8 @@ export default {
     return onSnapshot(model, (snap) => drawCheck(root, snap));
   },
 };
+
+// points as the text form writes them (flowlab/grading/check.py _pts): whole numbers bare, else 3 digits
+function flPts(p) {
+  return Number.isInteger(p) ? String(p) : String(Number(Number(p).toPrecision(3)));
+}

@@ -57,7 +57,7 @@ def test_check_shows_the_failing_case_a_hint_then_a_pass(lab, page):
         first = page.locator(".jp-Notebook .jp-CodeCell").nth(1).locator(".fl-view.fl-check")
         expect(first).to_have_class("fl-view fl-check fl-check-failed", timeout=60_000)
         expect(first.locator(".fl-check-count")).to_have_text("2 of 3 checks passed")
-        expect(first.locator(".fl-check-points")).to_have_text("0/2 points")
+        expect(first.locator(".fl-check-points")).to_have_text("1.33/2 points")     # 2 of 3 cases
         failing = first.locator("tr.fl-case-fail")
         expect(failing).to_have_count(1)
         expect(failing.locator(".fl-case-name")).to_have_text("different sizes")
