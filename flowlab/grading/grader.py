@@ -85,17 +85,22 @@ def _descendants(root: int) -> list:
     return out
 
 
+def _sigkill(pids) -> None:
+    """SIGKILL each pid; one that is gone already (or not ours to signal) is skipped."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _kill_all_descendants() -> None:
     """SIGKILL every process under this one (it is their subreaper), then reap them."""
     for _ in range(5):
         pids = _descendants(os.getpid())
         if not pids:
             break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _sigkill(pids)
         end = time.monotonic() + 2.0
         while time.monotonic() < end:
             try:
@@ -220,11 +225,7 @@ class _Kernel:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        for pid in under:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _sigkill(under)
         try:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
