@@ -89,7 +89,7 @@ test: $(VENV)/.stamp-test chromium
 	}
 	tier fast $(FAST_TIER)
 	tier process $(PYTEST) -m process --timeout=$(TEST_TIMEOUT) tests
-	tier gpu $(PYTEST) -m gpu --timeout=$(TEST_TIMEOUT) tests
+	tier gpu $(PYTEST) -m gpu --timeout=$(TEST_TIMEOUT) tests/gpu
 	nb_dirs=()
 	for d in lessons exercises; do
 	  if [ -n "$$(find "$$d" -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' -print -quit 2>/dev/null)" ]; then

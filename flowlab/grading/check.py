@@ -6,12 +6,17 @@ results become plain data and are compared by ``python -m flowlab.grading.compar
 its own, so the answer's ``__eq__`` never takes part. A failed check does not raise: it shows which
 case failed and why, and a hint (the k-th hint after the k-th failed try of that exercise).
 
-Scoring, the same as the grader's: an exercise's points are all or nothing: all of its cases pass
-(visible and hidden), or it scores 0 (:func:`score`).
+Scoring, the same as the grader's (:func:`score`): the share of an exercise's cases that passed, or
+all or nothing where its manifest entry says so.
+
+What ran is not always what will be graded (cells run out of order, edits not saved): in a notebook
+opened in Jupyter the result says when the answer is not the one in the saved file, and a clean run
+grades the saved file as the grader does (:mod:`._clean`).
 """
 from __future__ import annotations
 
 import html
+import os
 import threading
 
 from .plain import render, to_plain
@@ -48,13 +53,18 @@ def _inputs(case) -> str:
     return text if len(text) <= 80 else text[:79] + "…"
 
 
-def check(ex_id: str, answer, *, timeout: float | None = None, exercises=None) -> "CheckResult":
+def check(ex_id: str, answer, *, timeout: float | None = None, exercises=None, clean=False) -> "CheckResult":
     """Run exercise ``ex_id``'s visible cases on ``answer`` (a function, or a value) and return a
     :class:`CheckResult` (shown in place: a widget in JupyterLab, text headless). ``timeout``: seconds
     per case (default: the checks file's ``TIME_LIMIT``, else the grader's default); ``exercises``: the
     exercises folder (default :func:`~flowlab.grading.find_exercises`). A wrong id raises
-    UnknownExerciseError ("did you mean"); a failing answer does not raise."""
-    from . import _probe
+    UnknownExerciseError ("did you mean"); a failing answer does not raise.
+
+    In a notebook opened in Jupyter, the result also says when the answer that ran is not the one in
+    the saved file (the grader runs the saved file); ``clean=True`` (or a notebook's path) grades the
+    saved notebook for this exercise as ``flowlab grade`` does, in a fresh kernel, and shows that too
+    (the widget has a button for it)."""
+    from . import _clean, _probe
     from .compare import compare_elsewhere
     from .manifest import entry, find_exercises, load_checks, load_manifest
 
@@ -111,10 +121,23 @@ def check(ex_id: str, answer, *, timeout: float | None = None, exercises=None) -
         if checks.HINTS:
             hint_number = min(tries, len(checks.HINTS))
             hint = str(checks.HINTS[hint_number - 1])
-    return CheckResult(ex_id, item.get("title") or ex_id, rows, max_points=max_points, hidden=n_hidden,
-                       all_or_nothing=bool(item.get("all_or_nothing")),
-                       hint=hint, hint_number=hint_number, hints_total=len(checks.HINTS),
-                       compared_in=compared_in)
+    notebook = _clean.notebook_path() if clean is False or clean is True else clean
+    notes = []
+    if notebook is not None and clean is False:
+        note = _clean.saved_note(item["answer"], answer, notebook)
+        if note:
+            notes.append(note)
+    elif clean is True and notebook is None and not os.environ.get("FLOWLAB_GRADER"):
+        notes.append("clean=True: this kernel does not know its notebook's file (Jupyter's server tells it); "
+                     "pass the path instead: check(..., clean='my_notebook.ipynb')")
+    result = CheckResult(ex_id, item.get("title") or ex_id, rows, max_points=max_points, hidden=n_hidden,
+                         all_or_nothing=bool(item.get("all_or_nothing")),
+                         hint=hint, hint_number=hint_number, hints_total=len(checks.HINTS),
+                         compared_in=compared_in, notes=notes,
+                         clean_from=(ex_id, str(folder), str(notebook)) if notebook is not None else None)
+    if clean is not False and notebook is not None:
+        result.run_clean()
+    return result
 
 
 def _has_manifest(path) -> bool:
@@ -138,7 +161,7 @@ class CheckResult:
     _view = "flowlab.widgets.check:CheckView"
 
     def __init__(self, ex_id, title, cases, *, max_points=1, hidden=0, hint=None, hint_number=0,
-                 hints_total=0, compared_in=None, all_or_nothing=False):
+                 hints_total=0, compared_in=None, all_or_nothing=False, notes=(), clean_from=None):
         self.id, self.title, self.cases = ex_id, title, list(cases)
         self.max_points, self.hidden = max_points, int(hidden)
         self.hint, self.hint_number, self.hints_total = hint, hint_number, hints_total
@@ -146,6 +169,30 @@ class CheckResult:
         self.n_passed = sum(1 for c in self.cases if c["passed"])
         self.passed = bool(self.cases) and self.n_passed == len(self.cases)
         self.points = score(max_points, self.n_passed, len(self.cases), all_or_nothing)
+        self.notes = list(notes)            # e.g. "the f that ran is not the one in the saved notebook"
+        self._clean_from = clean_from       # (id, exercises folder, notebook) when a clean run is possible
+        self.clean = None                   # what the clean run found (:meth:`run_clean`)
+
+    def run_clean(self) -> dict:
+        """Grade this exercise on the saved notebook as ``flowlab grade`` does (a fresh kernel, the file
+        top to bottom): ``{"status", "points", "max", "reason", "errors", "seconds"}``, also kept as
+        ``self.clean`` and shown with the result."""
+        from ._clean import clean_run
+        if self._clean_from is None:
+            raise RuntimeError(f"{self.id}: no saved notebook is known for a clean run; "
+                               f"call fl.grading.check(..., clean='path/to/notebook.ipynb')")
+        self.clean = clean_run(*self._clean_from)
+        return self.clean
+
+    def _clean_lines(self) -> list:
+        c = self.clean
+        if not c:
+            return []
+        if c["status"] == "error":
+            return [f"clean kernel: {c['reason']}"]
+        head = (f"clean kernel, the saved notebook run top to bottom as the grader does: "
+                f"{_pts(c['points'])}/{_pts(c['max'])} points ({c['reason']})")
+        return [head] + [f"  cell {cell}: {error}" for cell, error in c.get("errors", [])]
 
     def __bool__(self):
         return self.passed
@@ -182,7 +229,8 @@ class CheckResult:
                 lines.append(f"  ✗ {c['name']}: {c['why']}{inputs}")
         if len(self.cases) > MAX_CASES_SHOWN:
             lines.append(f"  ... {len(self.cases) - MAX_CASES_SHOWN} more cases not shown")
-        for line in (self._hint_line(), self._hidden_line()):
+        for line in (self._hint_line(), self._hidden_line(), *("⚠ " + n for n in self.notes),
+                     *self._clean_lines()):
             if line:
                 lines.append("  " + line)
         return "\n".join(lines)
@@ -193,7 +241,10 @@ class CheckResult:
                 "max_points": self.max_points, "n_passed": self.n_passed, "n_cases": len(self.cases),
                 "cases": [dict(c) for c in shown], "cases_left_out": len(self.cases) - len(shown),
                 "hint": self.hint, "hint_number": self.hint_number, "hints_total": self.hints_total,
-                "hidden": self.hidden, "headline": self._headline(), "hidden_line": self._hidden_line()}
+                "hidden": self.hidden, "headline": self._headline(), "hidden_line": self._hidden_line(),
+                "notes": list(self.notes), "can_clean": self._clean_from is not None,
+                "clean_lines": self._clean_lines(),
+                "clean_passed": bool(self.clean and self.clean["status"] == "pass")}
 
     def _repr_html_(self) -> str:
         e = html.escape
@@ -217,6 +268,10 @@ class CheckResult:
             extra += f'<div style="margin-top:4px">💡 {e(self._hint_line())}</div>'
         if self._hidden_line():
             extra += f'<div style="margin-top:4px;color:#666">{e(self._hidden_line())}</div>'
+        for note in self.notes:
+            extra += f'<div style="margin-top:4px;color:#8a5300">⚠ {e(note)}</div>'
+        if self._clean_lines():
+            extra += f'<pre style="margin-top:4px">{e(chr(10).join(self._clean_lines()))}</pre>'
         return f'<div class="fl-check-static">{head}{table}{extra}</div>'
 
     def _repr_mimebundle_(self, include=None, exclude=None):

@@ -18,7 +18,6 @@ Outputs, stderr and tracebacks of the student's cells never count.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import queue
@@ -31,6 +30,7 @@ import time
 import uuid
 from pathlib import Path
 
+from ._cells import defined_names as _defined_names, read_cells as _read_cells
 from .check import score as _check_score
 from ._probe import all_cases
 from .manifest import ExerciseError, load_checks, load_manifest
@@ -241,74 +241,7 @@ class _Kernel:
 
 
 # -- what each cell defines ------------------------------------------------------------------------
-def _python_of(source: str) -> str:
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-        return TransformerManager().transform_cell(source)
-    except Exception:   # noqa: BLE001 - no IPython, or a cell it cannot read: the source as it is
-        return source
-
-
-def _defined_names(source: str) -> set:
-    """Top-level names a cell binds (def, class, assignment, import, for, with)."""
-    try:
-        tree = ast.parse(_python_of(source))
-    except SyntaxError:
-        return set()
-    names: set = set()
-
-    def targets(node):
-        if isinstance(node, ast.Name):
-            names.add(node.id)
-        elif isinstance(node, (ast.Tuple, ast.List)):
-            for elt in node.elts:
-                targets(elt)
-        elif isinstance(node, ast.Starred):
-            targets(node.value)
-
-    def walk(body):
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(node.name)
-            elif isinstance(node, ast.Assign):
-                for t in node.targets:
-                    targets(t)
-            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-                targets(node.target)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                for a in node.names:
-                    names.add((a.asname or a.name).split(".")[0])
-            elif isinstance(node, (ast.For, ast.AsyncFor)):
-                targets(node.target)
-            elif isinstance(node, (ast.With, ast.AsyncWith)):
-                for item in node.items:
-                    if item.optional_vars is not None:
-                        targets(item.optional_vars)
-            for field in ("body", "orelse", "finalbody"):
-                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    walk(getattr(node, field, []) or [])
-            for handler in getattr(node, "handlers", []) or []:
-                walk(handler.body)
-
-    walk(tree.body)
-    return names
-
-
 # -- one notebook ----------------------------------------------------------------------------------
-def _read_cells(path: Path) -> list:
-    """``[(cell number (1-based, all cells counted), source), ...]`` of the code cells."""
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    cells = nb.get("cells") if isinstance(nb, dict) else None
-    if not isinstance(cells, list):
-        raise ValueError("no list of cells")
-    out = []
-    for k, cell in enumerate(cells, 1):
-        if isinstance(cell, dict) and cell.get("cell_type") == "code":
-            src = cell.get("source", "")
-            out.append((k, "".join(src) if isinstance(src, list) else str(src)))
-    return out
-
-
 class _NotebookRun:
     """Runs one notebook's cells, then probes its exercises; keeps what went wrong, per cell."""
 
@@ -526,7 +459,7 @@ def _kernel_env(source_dir: Path, home: Path) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("FLOWLAB_CLUSTER_KEY", "JPY_", "PYTEST_", "COV_"))}
     root = str(Path(flowlab.__file__).resolve().parent.parent)
-    env.update(PYTHONHASHSEED=str(SEED), FLOWLAB_SEED=str(SEED), FLOWLAB_EXERCISES=str(source_dir),
+    env.update(PYTHONHASHSEED=str(SEED), FLOWLAB_SEED=str(SEED), FLOWLAB_EXERCISES=str(source_dir), FLOWLAB_GRADER="1",
                MPLBACKEND="agg", IPYTHONDIR=str(home / "ipython"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
                PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
     env.setdefault("FLOWLAB_BLAS_THREADS", "1")
@@ -534,18 +467,21 @@ def _kernel_env(source_dir: Path, home: Path) -> dict:
 
 
 def grade_submission(submission, source_dir, cell_timeout: float = 30, notebook_timeout: float = 600,
-                     case_timeout: float | None = None, log=None) -> dict:
+                     case_timeout: float | None = None, log=None, only: str | None = None) -> dict:
     """Grade one submission (a folder or a notebook) here: ``{"student", "rows": [...], "notebooks":
-    {...}, "seconds"}``. Meant for the process :func:`grade` starts for it (this makes that process a
-    subreaper and ends everything under it)."""
+    {...}, "seconds"}``; ``only``: just that exercise id (and its notebook). Meant for the process
+    :func:`grade` starts for it (this makes that process a subreaper and ends everything under it)."""
     t0 = time.monotonic()
     submission, source_dir = Path(submission).resolve(), Path(source_dir).resolve()
     student = submission.stem if submission.is_file() else submission.name
     manifest = load_manifest(source_dir)
     notebooks = _notebooks_of(submission)
     by_notebook: dict = {}
+    if only is not None and only not in manifest:
+        raise ExerciseError(f"no exercise {only!r} in {source_dir / 'manifest.json'}")
     for ex in manifest.values():
-        by_notebook.setdefault(ex["notebook"], []).append(ex)
+        if only is None or ex["id"] == only:
+            by_notebook.setdefault(ex["notebook"], []).append(ex)
     single = submission.is_file()
     rows, notes = [], {}
     log = log or sys.stderr
@@ -606,6 +542,7 @@ def _child_main(argv=None) -> int:
     p.add_argument("--cell-timeout", type=float, default=30)
     p.add_argument("--notebook-timeout", type=float, default=600)
     p.add_argument("--case-timeout", type=float, default=None)
+    p.add_argument("--only", default=None, help="grade just this exercise id")
     a = p.parse_args(argv)
     _become_subreaper()
 
@@ -615,7 +552,8 @@ def _child_main(argv=None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        result = grade_submission(a.submission, a.source, a.cell_timeout, a.notebook_timeout, a.case_timeout)
+        result = grade_submission(a.submission, a.source, a.cell_timeout, a.notebook_timeout, a.case_timeout,
+                                  only=a.only)
     finally:
         _kill_all_descendants()
     tmp = a.result + ".tmp"

@@ -31,13 +31,39 @@ function drawCheck(root, snap) {
     root.append(h("div", { class: "fl-check-hint" }, h("b", { text: `Hint${of}: ` }), snap.hint));
   }
   if (snap.hidden_line) root.append(h("div", { class: "fl-check-hidden fl-muted", text: snap.hidden_line }));
+  for (const note of snap.notes || []) root.append(h("div", { class: "fl-check-note", text: "⚠ " + note }));
+  const lines = snap.clean_lines || [];
+  if (lines.length) {
+    root.append(h("pre", { class: "fl-check-clean " + (snap.clean_passed ? "fl-case-pass" : "fl-case-fail"),
+                           text: lines.join("\n") }));
+  }
+}
+
+// "Run it as the grader will": the saved notebook in a fresh kernel (check.py: run_clean)
+function cleanButton(model, root) {
+  const snap = model.get("snapshot") || {};
+  if (!snap.can_clean) return null;
+  const status = h("span", { class: "fl-muted fl-check-clean-status" });
+  const button = h("button", { class: "fl-check-clean-button", text: "Run the saved notebook as the grader will",
+                               title: "a fresh kernel runs the saved file top to bottom, then this exercise's checks" });
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    status.textContent = " running the saved notebook in a fresh kernel…";
+    const reply = await act(model, "clean", {});
+    status.textContent = reply.error ? " " + reply.error : "";
+    button.disabled = false;
+  });
+  return h("div", { class: "fl-view fl-check-clean-row" }, button, status);
 }
 
 export default {
   render({ model, el }) {
     const root = h("div", { class: "fl-view fl-check" });
     el.append(root);
-    return onSnapshot(model, (snap) => drawCheck(root, snap));
+    const off = onSnapshot(model, (snap) => drawCheck(root, snap));
+    const row = cleanButton(model, root);
+    if (row) el.append(row);
+    return off;
   },
 };
 

@@ -1,7 +1,9 @@
 """``fl.grading.check`` in a real JupyterLab and Chromium: a small exercises folder written by the
 notebook itself, a wrong answer (red banner, the failing case with its inputs, expected and received
-values, the first hint, the hidden checks counted), a second wrong try (the second hint), then the
-right answer (green banner, full points). Screenshots go to .pt/screenshots/ and docs/screenshots/."""
+values, the first hint, the hidden checks counted, and a warning that the saved notebook's last
+definition is another one), a second wrong try (the second hint), then the right answer (green
+banner, full points), and its button that grades the saved notebook in a fresh kernel as the grader
+does (every case, hidden ones too). Screenshots go to .pt/screenshots/ and docs/screenshots/."""
 import pytest
 
 from _lab import code_notebook, open_notebook, run_cell, shoot, shut_down_and_reap
@@ -66,6 +68,9 @@ def test_check_shows_the_failing_case_a_hint_then_a_pass(lab, page):
         expect(first.locator("tr.fl-case-pass")).to_have_count(2)
         expect(first.locator(".fl-check-hint")).to_have_text("Hint 1 of 2: Weigh each slice's mean by its size.")
         expect(first.locator(".fl-check-hidden")).to_have_text("2 hidden checks are not shown: the grader runs them")
+        # the grader takes the saved notebook's last definition (cell 4), not this one
+        expect(first.locator(".fl-check-note")).to_contain_text(
+            f"the weighted_mean that ran is not the one in the saved {NAME} (cell 4)")
         shoot(first, "check_failed.png", "check.png")
 
         expect(status).to_contain_text("| Idle")
@@ -81,7 +86,17 @@ def test_check_shows_the_failing_case_a_hint_then_a_pass(lab, page):
         expect(passed.locator(".fl-check-points")).to_have_text("2/2 points if the hidden checks pass too")
         expect(passed.locator("tr.fl-case-pass")).to_have_count(3)
         expect(passed.locator(".fl-check-hint")).to_have_count(0)
+        expect(passed.locator(".fl-check-note")).to_have_count(0)
         shoot(passed, "check_passed.png")
+
+        expect(status).to_contain_text("| Idle")
+        button = page.locator(".jp-Notebook .jp-CodeCell").nth(3).locator(".fl-check-clean-button")
+        button.click()
+        clean = passed.locator("pre.fl-check-clean")
+        expect(clean).to_contain_text("clean kernel, the saved notebook run top to bottom as the grader does: "
+                                      "2/2 points (all 5 cases passed)", timeout=120_000)
+        expect(clean).to_have_class("fl-check-clean fl-case-pass")
+        shoot(page.locator(".jp-Notebook .jp-CodeCell").nth(3), "check_clean.png")
     finally:
         shoot(page, "check_page.png")
         left = shut_down_and_reap(lab, page, status, started)
