@@ -72,7 +72,7 @@ def _one(runner, answer, case, limit: float) -> dict:
         t0 = time.perf_counter()
         try:
             value = runner(answer, case)
-            box["received"] = to_plain(value)
+            box["received"] = to_plain(_verdicts_as_text(value))
         except BaseException as e:   # noqa: BLE001 - the student's code: anything it raises is a result
             text = _short(e)
             box["error"] = f"raised {type(e).__name__}" + (f": {text}" if text else "")
@@ -87,6 +87,23 @@ def _one(runner, answer, case, limit: float) -> dict:
                 "stuck": True}
     return {"received": box.get("received"), "error": box.get("error"),
             "seconds": round(box.get("seconds", time.perf_counter() - t0), 3)}
+
+
+def _verdicts_as_text(value, depth: int = 0):
+    """A checks file's ``run`` may return :class:`~flowlab.grading.properties.Verdict` s (alone, or as
+    values of a dict or items of a list): each becomes the text compared, ``"holds"`` or ``"does not
+    hold: <why>"``, so a case's ``expected`` says ``"holds"`` and a failure shows why."""
+    props = sys.modules.get("flowlab.grading.properties")
+    if props is None or depth > 3:        # no Verdict can exist before that module is imported
+        return value
+    t = type(value)
+    if t is props.Verdict:
+        return "holds" if value.ok is True else f"does not hold: {value.why}"
+    if t is dict:
+        return {k: _verdicts_as_text(v, depth + 1) for k, v in value.items()}
+    if t in (list, tuple):
+        return t(_verdicts_as_text(v, depth + 1) for v in value)
+    return value
 
 
 def _short(e, limit: int = 300) -> str:

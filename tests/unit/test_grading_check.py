@@ -279,3 +279,30 @@ def test_the_view_carries_the_snapshot_text_and_html(exercises, widget_comm):
     assert "application/vnd.jupyter.widget-view+json" in data
     assert v.refresh() == r.snapshot() and widget_comm[-1].updates("snapshot") == []   # static: nothing resent
     assert "drawCheck" in v._esm and ".fl-check" in v._css
+
+
+VERDICTS = '''
+from flowlab.grading import Case
+from flowlab.grading.properties import every_rank_holds
+
+def cases():
+    yield Case("three ranks", args=(3,), expected={"sum on rank 0": 6.0, "every rank": "holds"})
+
+def run(answer, case):
+    results = [answer(rank, case.args[0]) for rank in range(case.args[0])]
+    return {"sum on rank 0": results[0], "every rank": every_rank_holds(results, 6.0)}
+'''
+
+
+def test_a_verdict_that_a_checks_file_returns_is_compared_as_holds_or_why(tmp_path, monkeypatch):
+    """A property (here every_rank_holds) returned by run() is recorded as "holds" or
+    "does not hold: <why>", so rank 0 alone being right is not enough, and the reason shows."""
+    d = _write_exercises(tmp_path, manifest=[{"id": "all-ranks", "notebook": "01.ipynb", "answer": "f"}],
+                         checks={"all_ranks": VERDICTS})
+    monkeypatch.setenv("FLOWLAB_EXERCISES", str(d))
+    assert check("all-ranks", lambda rank, n: 6.0).passed
+    r = check("all-ranks", lambda rank, n: 6.0 if rank == 0 else 0.0)
+    assert not r.passed
+    why = r.cases[0]["why"]
+    assert 'does not hold: ranks 1, 2 of 3 do not hold the right result' in why, why
+    assert "checking rank 0 alone would have missed this" in why
