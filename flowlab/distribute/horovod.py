@@ -51,9 +51,13 @@ _LOCAL_SIZE_VARS = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_
 
 
 def init(comm=None) -> None:
-    """Join this process's group (``comm``: a communicator to use instead of the default)."""
+    """Join this process's group (``comm``: a communicator to use instead of the default). On a
+    ``LocalGroup`` rank's thread, only that thread joins its rank: the process's group is unchanged."""
     global _comm
-    from ..cluster.collectives import current
+    from ..cluster.collectives import current, scoped
+    if comm is None and scoped() is not None:
+        _tls.comm = scoped()
+        return
     _comm = _tls.comm = current() if comm is None else comm
 
 
@@ -66,7 +70,9 @@ def shutdown() -> None:
     """Forget the group (``init`` may be called again). The communicator itself belongs to the
     cluster, ``flowlab run`` or MPI, and stays open."""
     global _comm
-    _comm = _tls.comm = None
+    mine, _tls.comm = getattr(_tls, "comm", None), None
+    if mine is None or mine is _comm:       # a rank's thread forgets only its own rank
+        _comm = None
 
 
 def _group():

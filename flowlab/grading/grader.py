@@ -520,6 +520,8 @@ def grade_submission(submission, source_dir, cell_timeout: float = 30, notebook_
                     context = [text for cell, text in run.incidents
                                if not defining or cell is None or cell in defining
                                or (cell == run.cut_at and max(defining) >= cell)]
+                    if not defining:    # no cell defines it: the cells that raised may be why
+                        context += [f"cell {cell} raised {error}" for cell, error in run.errors[:3]]
                     row = _score(ex, checks, expected, record, reason, context)
                     if len(defining) > 1:
                         row["note"] = (f"'{name}' is defined in cells {', '.join(map(str, defining))}: "

@@ -96,3 +96,16 @@ def test_broadcast_callback_syncs_a_model_at_train_begin():
         a, b = group.run(rank_fn)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
+
+
+def test_init_on_a_ranks_thread_leaves_the_process_group_alone():
+    """hvd.init() on a LocalGroup rank's thread joins that thread's rank only: the main thread, which
+    never called init(), is not initialized afterwards (it used to see a closed rank's group)."""
+    with LocalGroup(3) as group:
+        def rank_fn(comm):
+            hvd.init()
+            return (hvd.rank(), hvd.size())
+        assert group.run(rank_fn) == [(0, 3), (1, 3), (2, 3)]
+    assert not hvd.is_initialized()
+    hvd.init()
+    assert hvd.size() == 1

@@ -137,6 +137,13 @@ def use(comm: Communicator):
         stack.pop()
 
 
+def scoped() -> Communicator | None:
+    """The communicator of this thread's innermost :func:`use` scope (a ``LocalGroup`` rank's
+    thread), or None outside any."""
+    stack = _local.stack
+    return stack[-1] if stack else None
+
+
 def set_default(comm: Communicator | None) -> None:
     """Set (or with None, forget) the process's default communicator, for threads without :func:`use`."""
     global _default
