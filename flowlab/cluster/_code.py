@@ -60,12 +60,20 @@ def _global_names(code) -> tuple:
 def _reduce_function(fn):
     code = fn.__code__
     g = fn.__globals__
-    globals_used = {n: g[n] for n in _global_names(code) if n in g}
+    globals_used = {n: g[n] for n in _global_names(code) if n in g and not _wraps_builtin(n, g[n])}
     cells = fn.__closure__ or ()
     closure = tuple(_cell_value(c) for c in cells)
     state = (globals_used, fn.__defaults__, fn.__kwdefaults__, closure, fn.__dict__ or None, fn.__doc__)
     skeleton_args = (_PY, marshal.dumps(code), fn.__name__, fn.__qualname__, fn.__module__, len(cells))
     return _skeleton, skeleton_args, state, None, None, _fill
+
+
+def _wraps_builtin(name: str, value) -> bool:
+    """IPython puts its own wrapper of a builtin (``open``) in a notebook's namespace; it is not
+    importable, so it would travel by value with all its globals (7 KB for each function that calls
+    ``open``). The worker has the real builtin: leave the name out, and the builtin is found there."""
+    real = getattr(builtins, name, None)
+    return real is not None and getattr(value, "__wrapped__", None) is real
 
 
 def _cell_value(cell):

@@ -258,6 +258,27 @@ def test_only_globals_the_code_reads_are_sent():
     assert _roundtrip(uses_attribute)(Obj) == 1
 
 
+def test_a_notebooks_wrapper_of_open_is_not_sent(tmp_path):
+    """IPython's namespace holds its own wrapper of ``open`` (functools.wraps(io.open)); a function
+    that calls ``open`` travels with the worker's builtin instead of the wrapper and its globals."""
+    import builtins
+    import functools
+
+    big = list(range(2000))     # what the wrapper's module would drag along
+
+    @functools.wraps(builtins.open)
+    def wrapper(*args, **kwargs):
+        assert big
+        return builtins.open(*args, **kwargs)
+
+    ns = {"open": wrapper, "__name__": "__main__"}
+    exec("def first_line(path):\n    with open(path) as f:\n        return f.readline()\n", ns)
+    (tmp_path / "a.txt").write_text("hello\nworld\n")
+    data = P.dumps(ns["first_line"])
+    assert len(data) < 1000, len(data)
+    assert pickle.loads(data)(str(tmp_path / "a.txt")) == "hello\n"
+
+
 def test_a_function_from_another_python_is_refused_clearly():
     from flowlab.cluster import _code
     with pytest.raises(RuntimeError, match="Python 2.7"):
