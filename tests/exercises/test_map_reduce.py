@@ -11,7 +11,6 @@ import os
 import tempfile
 import time
 
-import psutil
 import pytest
 
 import flowlab as fl
@@ -25,30 +24,16 @@ pytestmark = pytest.mark.process
 ID = "map-reduce"
 
 
-def _children():
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
 def _folders():
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "flowlab-word-count-*")))
 
 
 @pytest.fixture(autouse=True)
-def nothing_left_behind():
-    """Every process a test started has ended when it is over, pass or fail (ended here if not),
-    and the checks removed the shard folders they wrote."""
-    before, folders = _children(), _folders()
+def no_folder_left_behind(nothing_left_behind):
+    """The checks removed the shard folders they wrote (and, by the fixture it uses, every process
+    a test started has ended)."""
+    folders = _folders()
     yield
-    new = []
-    for pid in _children() - before:
-        try:
-            new.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
-    gone, alive = psutil.wait_procs(new, timeout=10)
-    for p in alive:
-        p.kill()
-    assert not alive, f"processes left behind: {[p.pid for p in alive]}"
     assert not _folders() - folders, "shard folders left behind"
 
 

@@ -6,7 +6,6 @@ with a reason that says what went wrong. Every case closes its cluster, also whe
 or hangs, and the fixture checks that no process started here is left behind."""
 import time
 
-import psutil
 import pytest
 
 import flowlab as fl
@@ -15,30 +14,9 @@ from flowlab.grading.check import reset_attempts
 from flowlab.grading.manifest import load_checks
 from _grade import EXERCISES, outcomes
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.usefixtures("nothing_left_behind")]
 
 ID = "ops-on-tasks"
-
-
-def _children():
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind():
-    """Every process a test started has ended when it is over, pass or fail (ended here if not)."""
-    before = _children()
-    yield
-    new = []
-    for pid in _children() - before:
-        try:
-            new.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
-    gone, alive = psutil.wait_procs(new, timeout=10)
-    for p in alive:
-        p.kill()
-    assert not alive, f"processes left behind: {[p.pid for p in alive]}"
 
 
 def one_case(answer, name, checks=None):

@@ -5,7 +5,6 @@ a reason that shows the expected and the received time. The measured case closes
 when the answer raises, and the fixture checks that no process started here is left behind."""
 import math
 
-import psutil
 import pytest
 
 import flowlab as fl
@@ -14,30 +13,9 @@ from flowlab.grading.check import reset_attempts
 from flowlab.grading.manifest import load_checks
 from _grade import EXERCISES, outcomes
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.usefixtures("nothing_left_behind")]
 
 ID = "predict-allreduce"
-
-
-def _children():
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind():
-    """Every process a test started has ended when it is over, pass or fail (ended here if not)."""
-    before = _children()
-    yield
-    new = []
-    for pid in _children() - before:
-        try:
-            new.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
-    gone, alive = psutil.wait_procs(new, timeout=10)
-    for p in alive:
-        p.kill()
-    assert not alive, f"processes left behind: {[p.pid for p in alive]}"
 
 
 def model(algorithm, n, nbytes, alpha, beta, *, factor=True, ring_steps=None, with_alpha=True, bits=False):

@@ -6,37 +6,15 @@ raises, and the fixture checks that no process started here is left behind."""
 import re
 
 import numpy as np
-import psutil
 import pytest
 
 import flowlab as fl
 from flowlab.grading.check import reset_attempts
 from _grade import outcomes
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.usefixtures("nothing_left_behind")]
 
 GLOBAL_BATCH = 8
-
-
-def _children():
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind():
-    """Every process a test started has ended when it is over, pass or fail (ended here if not)."""
-    before = _children()
-    yield
-    new = []
-    for pid in _children() - before:
-        try:
-            new.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
-    gone, alive = psutil.wait_procs(new, timeout=10)
-    for p in alive:
-        p.kill()
-    assert not alive, f"processes left behind: {[p.pid for p in alive]}"
 
 
 def _train(directory, batch_for, steps, *, save=True, restore=True, with_optimizer=True, stale=False):
