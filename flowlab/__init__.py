@@ -17,6 +17,7 @@ from .core.errors import InvalidArgumentError  # noqa: F401
 from .core.ops import *  # noqa: F401,F403
 from .core.function import TensorSpec, function  # noqa: F401
 from .core.graph import Graph, control_dependencies, name_scope  # noqa: F401
+from .core.interpreters import init_scope  # noqa: F401
 from .core.shape import TensorShape  # noqa: F401
 from .core.tape import GradientTape, UnconnectedGradients, custom_gradient  # noqa: F401
 from .core.tensor import Tensor, Variable, constant, convert_to_tensor, is_tensor  # noqa: F401

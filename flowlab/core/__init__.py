@@ -12,6 +12,7 @@ from .errors import InvalidArgumentError, OpError  # noqa: F401
 from .execute import get_op, list_ops  # noqa: F401
 from .function import ConcreteFunction, Function, TensorSpec, function  # noqa: F401
 from .graph import Graph, GraphTensor, control_dependencies, name_scope  # noqa: F401
+from .interpreters import current_graph, init_scope  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from .shape import TensorShape  # noqa: F401
 from .tape import GradientTape, UnconnectedGradients  # noqa: F401

@@ -1,4 +1,5 @@
-"""Execution state: which tapes record, which graph is being built, which device scope applies.
+"""Execution state: which tapes record, which interpreter takes ops (core/interpreters.py), which
+device scope applies.
 
 State is per thread (a data pipeline's worker thread must not record on the main thread's tape or
 add nodes to a graph being traced there). ``ACTIVE.count`` is process-wide and counts every tape,
@@ -34,12 +35,14 @@ _local = threading.local()
 
 
 class ThreadState:
-    __slots__ = ("tapes", "graph", "graph_stack", "device_stack", "hooks", "node", "__weakref__")
+    __slots__ = ("tapes", "graph", "interpreters", "interpreter", "device_stack", "hooks", "node", "__weakref__")
 
     def __init__(self):
         self.tapes: list = []          # GradientTapes recording in this thread, innermost last
-        self.graph = None              # the Graph being built, or None in eager mode
-        self.graph_stack: list = []    # graphs made default (counted in ACTIVE: no fast paths inside)
+        self.interpreters: list = []   # interpreters above the eager one, innermost last (interpreters.py;
+        #                                counted in ACTIVE: no fast paths while any is pushed)
+        self.interpreter = None        # the innermost of them, or None: ops run eagerly
+        self.graph = None              # the Graph the innermost interpreter builds, or None (kept with it)
         self.node = None               # the graph node a graph interpreter is running (for errors)
         self.device_stack: list = []   # DeviceSpecs from enclosing fl.device() scopes
         self.hooks: list = []          # callables run on every eager op result (numerics checks)

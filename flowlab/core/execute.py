@@ -19,9 +19,11 @@ from . import device as _devices
 from ._context import ACTIVE, state
 from .dtypes import numpy_dtype
 from .errors import InvalidArgumentError, OpError, describe, source_line
+from .interpreters import Interpreter
 from .tensor import Tensor, Variable, _numpy_array, _python_array
 
-__all__ = ["OpDef", "defop", "execute", "get_op", "list_ops", "unary", "binary", "reflected"]
+__all__ = ["OpDef", "defop", "execute", "record", "agreed_dtype", "EAGER", "get_op", "list_ops", "unary", "binary",
+           "reflected"]
 
 _new = object.__new__
 _OPS: dict[str, "OpDef"] = {}
@@ -36,27 +38,49 @@ class OpDef:
     is checked before every run. ``stateful``: it reads or changes state (variables, random
     generators), so graph passes never fold, merge, drop or reorder it. ``inplace_kernel``: the
     kernel again, but free to write into its first input's array (same results, bit for bit), for
-    graph plans that own that array and no longer need it (core/passes/buffer_reuse.py)."""
+    graph plans that own that array and no longer need it (core/passes/buffer_reuse.py).
+
+    What the graph passes (core/passes) need of an op is here too, so that adding an op is one
+    entry for them as well; no pass keeps a list of op names. All optional:
+
+    - ``elementwise``: a function that computes exactly what the kernel computes (the same ufuncs
+      in the same order: the same bits) and takes ``out=``, which may be one of its inputs (so it
+      writes there only in its last ufunc); such an op, without attributes, is fused with its
+      neighbours into one kernel (fusion.py).
+    - ``c_expr``: the op in C, an expression of its arguments ``{a}`` and ``{b}`` in the C type
+      ``{T}`` (float or double), for compiled fusion (_cfusion.py). ``c_block``: the name of a
+      float32 function of the C prelude (passes/_cfusion_prelude.c) that also has a loop over a
+      block, ``<name>_n``: the op then compiles in float32 only. ``c_bool``: where the op's result
+      is bool its C expression gives 1 or 0 (comparisons, logical ops), so it may make a bool there.
+    - ``fresh``: the kernel returns a new array that shares memory with nothing (for a result of
+      rank 1 or more), so a later op may write into it once it is dead (buffer_reuse.py).
+    - ``shape_only``: positions of inputs that the kernel reads only for their shape and dtype;
+      constant folding takes such an input of fully known shape as a constant.
+    - ``peers``: the op is a collective: it runs only with every rank of its group calling it
+      (the cluster layer defines such ops: cluster/collectives/ops.py)."""
 
     __slots__ = ("name", "kernel", "shape_rule", "grad", "same_dtype", "strict", "stateful", "kernels", "doc",
-                 "inplace_kernel")
+                 "inplace_kernel", "elementwise", "c_expr", "c_block", "c_bool", "fresh", "shape_only", "peers")
 
     def __init__(self, name, kernel, shape_rule, grad=None, same_dtype=(), strict=False, stateful=False, doc="",
-                 inplace_kernel=None):
+                 inplace_kernel=None, elementwise=None, c_expr=None, c_block=None, c_bool=False, fresh=False,
+                 shape_only=(), peers=False):
         self.name, self.kernel, self.shape_rule, self.grad = name, kernel, shape_rule, grad
         self.same_dtype, self.strict, self.stateful, self.kernels, self.doc = same_dtype, strict, stateful, {}, doc
-        self.inplace_kernel = inplace_kernel
+        self.inplace_kernel, self.elementwise, self.fresh = inplace_kernel, elementwise, fresh
+        self.c_expr, self.c_block, self.c_bool, self.shape_only = c_expr, c_block, c_bool, shape_only
+        self.peers = peers
 
     def __repr__(self):
         return f"<op {self.name}>"
 
 
-def defop(name, kernel, shape_rule, grad=None, same_dtype=(), strict=False, stateful=False, doc="",
-          inplace_kernel=None) -> OpDef:
-    """Add an op to the table (one entry per op; the name must be new)."""
+def defop(name, kernel, shape_rule, grad=None, **facets) -> OpDef:
+    """Add an op to the table (one entry per op; the name must be new). ``facets``: the rest of
+    ``OpDef``'s fields, by keyword."""
     if name in _OPS:
         raise ValueError(f"op {name!r} is already defined")
-    op = _OPS[name] = OpDef(name, kernel, shape_rule, grad, same_dtype, strict, stateful, doc, inplace_kernel)
+    op = _OPS[name] = OpDef(name, kernel, shape_rule, grad, **facets)
     return op
 
 
@@ -80,10 +104,31 @@ class Call:
 
 # -- the one dispatch ------------------------------------------------------------------------
 def execute(op: OpDef, inputs, attrs=NO_ATTRS):
-    """Run ``op`` on ``inputs`` (tensors or values convertible to tensors) with ``attrs``."""
+    """Run ``op`` on ``inputs`` (tensors or values convertible to tensors) with ``attrs``: hand it
+    to this thread's innermost interpreter (core/interpreters.py), or run it now when none is
+    pushed (the eager interpreter, inline)."""
     st = state()
-    if st.graph is not None:
-        return st.graph.add_node(op, inputs, attrs)
+    interp = st.interpreter
+    if interp is not None:
+        return interp.process(op, inputs, attrs)
+    return _eager(st, op, inputs, attrs)
+
+
+class _Eager(Interpreter):
+    """The bottom interpreter: runs the op's kernel now. Pushed on top of a graph builder by
+    ``init_scope``; with an empty stack ``execute`` runs ``_eager`` without it."""
+
+    def process(self, op, inputs, attrs):
+        return _eager(state(), op, inputs, attrs)
+
+    def __repr__(self):
+        return "<eager interpreter>"
+
+
+EAGER = _Eager()
+
+
+def _eager(st, op, inputs, attrs):
     device = None
     for x in inputs:
         if not isinstance(x, Tensor):
@@ -123,14 +168,22 @@ def execute(op: OpDef, inputs, attrs=NO_ATTRS):
         for hook in st.hooks:
             hook(op, inputs, attrs, out)
     if st.tapes:
-        _record(st.tapes, op, inputs, attrs, out)
+        record(st.tapes, op, inputs, attrs, out)
     return out
 
 
-def _record(tapes, op, inputs, attrs, out):
-    """Show an op to every recording tape. A Variable input is recorded as a read of its value
-    at this moment (the ``read_variable`` op), so a later ``assign`` cannot change the gradient."""
+def record(tapes, op, inputs, attrs, out, reads=None):
+    """Show an op to every recording tape: the one place tapes learn of ops, in every mode. A
+    Variable input is recorded as a read of its value at this moment (eagerly the ``read_variable``
+    op; in a graph, ``reads``: the (variable, read node) pairs the builder made), so a later
+    ``assign`` cannot change the gradient."""
     if op.grad is None:
+        return
+    if reads is not None:
+        for tape in tapes:
+            for variable, read in reads:
+                tape._record_read(variable, read)
+            tape._record(op, inputs, attrs, out)
         return
     for i, x in enumerate(inputs):
         if x.__class__ is not Tensor and isinstance(x, Variable):
@@ -163,17 +216,26 @@ def _first_device(tensors):
     return None
 
 
-def _prepare(op, inputs):
-    """Convert inputs to tensors; inputs in ``op.same_dtype`` must agree (Python values adopt it)."""
+def agreed_dtype(op, inputs):
+    """``(group, dtype)``: the input positions of ``op.same_dtype`` and the dtype its tensors share
+    (None if none is a tensor); raises the op's error naming the dtypes when they differ. Eager
+    inputs and graph inputs are checked here alike."""
     group = range(len(inputs)) if op.same_dtype == "all" else op.same_dtype
     dtype = None
     for i in group:
         x = inputs[i]
         if isinstance(x, Tensor):
+            d = numpy_dtype(x.dtype)
             if dtype is None:
-                dtype = x._value.dtype
-            elif x._value.dtype != dtype:
+                dtype = d
+            elif d != dtype:
                 raise op_error(op, inputs, NO_ATTRS, "inputs must have the same dtype; use fl.cast to convert one")
+    return group, dtype
+
+
+def _prepare(op, inputs):
+    """Convert inputs to tensors; inputs in ``op.same_dtype`` must agree (Python values adopt it)."""
+    group, dtype = agreed_dtype(op, inputs)
     out = []
     for i, x in enumerate(inputs):
         if isinstance(x, Tensor):

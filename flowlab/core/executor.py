@@ -18,6 +18,7 @@ import numpy as np
 from ._context import state
 from .errors import OpError
 from .execute import Tensor, explain
+from .graph import CONST, READ
 from .passes import DEFAULT_PASSES, optimize
 
 __all__ = ["compile_plan", "Plan"]
@@ -51,11 +52,11 @@ class Plan:
         for n in self.nodes:
             var = f"v{n.index}"
             name[id(n)] = var
-            if n.op.name == "const":
+            if n.op is CONST:
                 ns[f"c{n.index}"] = n.attrs["value"]
                 name[id(n)] = f"c{n.index}"
                 continue
-            if n.op.name == "read":
+            if n.op is READ:
                 ns[f"V{n.index}"] = n.attrs["variable"]
                 lines.append(f"    {var} = V{n.index}._value")
                 continue
@@ -129,7 +130,7 @@ class Plan:
         ins = []
         for t in node.inputs:
             key = feeds.get(id(t.node)) or f"v{t.node.index}"
-            value = values.get(key, t.node.attrs.get("value") if t.node.op.name == "const" else None)
+            value = values.get(key, t.node.attrs.get("value") if t.node.op is CONST else None)
             ins.append(_wrap(value) if value is not None else t)
         st = state()
         outer, st.node = st.node, node
@@ -186,7 +187,10 @@ def _kernel(node):
             return node.op.kernel
         variable = node.attrs.get("variable")   # an update runs where its variable lives
         return kernel_for_device(node.op, None if variable is None else (variable._device or DEFAULT_DEVICE))
-    where = resolve(node.device)
+    variable = node.attrs.get("variable")   # its value is here, whatever task its device names
+    where = resolve(node.device, allow_remote=variable is not None)
+    if not where.startswith(DEFAULT_DEVICE.rpartition("device:")[0]):
+        where = DEFAULT_DEVICE
     if where == DEFAULT_DEVICE and not visible_gpus():
         return node.op.kernel
     return kernel_for_device(node.op, where)

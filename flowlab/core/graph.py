@@ -1,7 +1,8 @@
 """Graphs: ops recorded as nodes instead of run, to be optimized, placed and run later.
 
 While a ``Graph`` is the thread's default (``with graph.as_default():``, or while ``@fl.function``
-traces), ``execute`` hands every op to ``Graph.add_node``: it converts the inputs (eager tensors
+traces), its ``GraphBuilder`` is the thread's innermost interpreter (core/interpreters.py), and
+``execute`` hands every op to ``Graph.add_node``: it converts the inputs (eager tensors
 and Python values become constants, a Variable becomes a read of its value *when the graph
 runs*), checks them with the op's shape rule (so a shape error surfaces while tracing, naming
 the user's line), and returns a symbolic ``GraphTensor``. Each node records its op, inputs,
@@ -17,11 +18,12 @@ import numpy as np
 from . import dtypes as _dtypes
 from ._context import state
 from .errors import InvalidArgumentError, source_line
-from .execute import NO_ATTRS, defop, op_error
+from .execute import NO_ATTRS, agreed_dtype, defop, op_error, record
+from .interpreters import Interpreter, current_graph, interpreting
 from .shape import TensorShape
 from .tensor import Tensor, Variable, _numpy_array, _python_array
 
-__all__ = ["Graph", "GraphTensor", "Node", "get_default_graph", "control_dependencies", "name_scope"]
+__all__ = ["Graph", "GraphTensor", "GraphBuilder", "Node", "get_default_graph", "control_dependencies", "name_scope"]
 
 
 class GraphTensor(Tensor):
@@ -393,25 +395,13 @@ class Graph:
             raise op_error(op, tensors, attrs, str(e)) from None
         out = self._append(op, tensors, attrs, shape, dtype, name)
         st = state()
-        if st.tapes and op.grad is not None:
-            for tape in st.tapes:
-                for variable, read in reads:
-                    tape._record_read(variable, read)
-                tape._record(op, tensors, attrs, out)
+        if st.tapes:
+            record(st.tapes, op, tensors, attrs, out, reads)
         return out
 
     def _inputs(self, op, inputs):
         """Graph tensors of this graph for every input; and the (variable, read) pairs made."""
-        group = range(len(inputs)) if op.same_dtype == "all" else op.same_dtype
-        dtype = None
-        for i in group:
-            x = inputs[i]
-            if isinstance(x, Tensor):
-                d = _dtypes.numpy_dtype(x.dtype)
-                if dtype is None:
-                    dtype = d
-                elif d != dtype:
-                    raise op_error(op, inputs, NO_ATTRS, "inputs must have the same dtype; use fl.cast to convert one")
+        group, dtype = agreed_dtype(op, inputs)
         out, reads = [], []
         for i, x in enumerate(inputs):
             if isinstance(x, GraphTensor):
@@ -494,27 +484,32 @@ def _rule_for_unknown_ranks(op, tensors, attrs):
     return tuple(ds[0] if len(set(ds)) == 1 else None for ds in zip(*shapes)), outs[0][1]
 
 
-class _DefaultGraph:
+class GraphBuilder(Interpreter):
+    """The interpreter that adds each op to ``graph`` (``Graph.add_node``) instead of running it."""
+
+    __slots__ = ("graph",)
+
     def __init__(self, graph):
         self.graph = graph
 
+    def process(self, op, inputs, attrs):
+        return self.graph.add_node(op, inputs, attrs)
+
+    def __repr__(self):
+        return f"<graph builder of {self.graph.name!r}>"
+
+
+class _DefaultGraph(interpreting):
+    __slots__ = ()
+
+    def __init__(self, graph):
+        super().__init__(GraphBuilder(graph))
+
     def __enter__(self):
-        st = state()
-        self._previous = st.graph
-        st.graph = self.graph
-        st.push("graph_stack", self.graph)
-        return self.graph
-
-    def __exit__(self, *exc):
-        st = state()
-        st.graph = self._previous
-        st.pop("graph_stack", self.graph)
-        return False
+        return super().__enter__().graph
 
 
-def get_default_graph():
-    """The graph ops are being added to in this thread, or None in eager mode."""
-    return state().graph
+get_default_graph = current_graph    # the graph ops are being added to in this thread, or None
 
 
 def control_dependencies(control_inputs):

@@ -12,12 +12,12 @@ import enum
 import numpy as np
 
 from ._context import state
-from .execute import NO_ATTRS, READ_VARIABLE, Call, OpDef, _record
+from .execute import NO_ATTRS, READ_VARIABLE, Call, OpDef, record
 from .tensor import Tensor, Variable, convert_to_tensor
 
 _NEEDS_ONE = (True,)
 
-__all__ = ["GradientTape", "UnconnectedGradients", "custom_gradient", "record_gradient"]
+__all__ = ["GradientTape", "UnconnectedGradients", "custom_gradient", "record_gradient", "recording"]
 
 
 class UnconnectedGradients(enum.Enum):
@@ -235,7 +235,7 @@ def record_gradient(name, inputs, output, grad_fn):
             raise ValueError(f"the gradient function of {name} returned {len(grads)} gradients for {n} inputs")
         return grads
 
-    _record(st.tapes, OpDef(name, None, None, rule), list(inputs), NO_ATTRS, output)
+    record(st.tapes, OpDef(name, None, None, rule), list(inputs), NO_ATTRS, output)
 
 
 def custom_gradient(f):
@@ -272,3 +272,8 @@ def custom_gradient(f):
     call.__doc__ = getattr(f, "__doc__", None)
     call.__wrapped__ = f
     return call
+
+
+def recording() -> bool:
+    """Is a GradientTape recording in this thread (one open and not paused by ``stop_recording``)?"""
+    return bool(state().tapes)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import flowlab as fl
+from flowlab.core.execute import get_op, list_ops
 from flowlab.core.executor import compile_plan
 from flowlab.core.passes import _ccompile, _cfusion
 from flowlab.core.passes.fusion import elementwise_kernel
@@ -27,7 +28,12 @@ pytestmark = pytest.mark.skipif(_ccompile.compiler() is None,
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ARITHMETIC = sorted(set(_cfusion.C_OPS) - _cfusion.TRANSCENDENTAL - _cfusion.BOOL_OPS)
+# the ops with a C expression (OpDef.c_expr), by kind: float32 functions of the prelude, ops that
+# may give a bool, and the rest
+C_OPS = [get_op(name) for name in list_ops() if get_op(name).c_expr is not None]
+TRANSCENDENTAL = sorted(op.name for op in C_OPS if op.c_block)
+BOOL_OPS = sorted(op.name for op in C_OPS if op.c_bool)
+ARITHMETIC = sorted(op.name for op in C_OPS if not op.c_block and not op.c_bool)
 UNARY = {"negative", "abs", "square", "sqrt", "relu", "sign", "logical_not", "exp", "log", "tanh", "sigmoid"}
 REFERENCE = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x))}
 
@@ -78,9 +84,9 @@ def single(cache):
             groups[name, dtype, False] = unary_or_binary(name, dtype)
             if name not in UNARY:
                 groups[name, dtype, True] = unary_or_binary(name, dtype, one=True)
-        for name in sorted(_cfusion.BOOL_OPS):
+        for name in BOOL_OPS:
             groups[name, dtype, False] = with_bool(name, dtype)
-    for name in sorted(_cfusion.TRANSCENDENTAL):
+    for name in TRANSCENDENTAL:
         groups[name, F32, False] = unary_or_binary(name, F32)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_cfusion, "MIN_OPS", 1)
@@ -169,7 +175,7 @@ def test_arithmetic_ops_give_numpys_bits(name, dtype, single):
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["float32", "float64"])
-@pytest.mark.parametrize("name", sorted(_cfusion.BOOL_OPS))
+@pytest.mark.parametrize("name", BOOL_OPS)
 def test_comparisons_and_logical_ops_give_numpys_bits(name, dtype, single):
     """A bool result is held as 0.0 or 1.0 inside; it meets a float in the next step (as in relu's
     gradient), which is what numpy does with it too."""
@@ -197,19 +203,19 @@ def test_random_dags_give_numpys_bits(seed, monkeypatch):
     """Random groups of 10 to 40 arithmetic, comparison and logical ops, each reading earlier
     values or inputs (values live across many segments, buffers are reused)."""
     rng = np.random.default_rng(seed)
-    names = [n for n in ARITHMETIC if n != "sqrt"] + sorted(_cfusion.BOOL_OPS)
+    names = [n for n in ARITHMETIC if n != "sqrt"] + BOOL_OPS
     specs = [((None, 3), F32), ((None, 3), F32), ((), F32)]
     steps, values, bools = [], ["x0", "x1", "x2"], set()
     for j in range(int(rng.integers(10, 40))):
         name = str(rng.choice(names))
         args = [str(rng.choice(values[-6:] if rng.random() < 0.8 else values))
                 for _ in range(1 if name in UNARY else 2)]
-        if name not in _cfusion.BOOL_OPS and (args[0] in bools and (len(args) == 1 or name == "relu_grad")
+        if name not in BOOL_OPS and (args[0] in bools and (len(args) == 1 or name == "relu_grad")
                                               or all(a in bools for a in args)):
             args[0] = "x0"   # arithmetic on bools alone is numpy's bool arithmetic: not compiled
-        steps.append((name, tuple(args), (None, 3), np.dtype(bool) if name in _cfusion.BOOL_OPS else F32))
+        steps.append((name, tuple(args), (None, 3), np.dtype(bool) if name in BOOL_OPS else F32))
         values.append(f"t{j}")
-        if name in _cfusion.BOOL_OPS:
+        if name in BOOL_OPS:
             bools.add(f"t{j}")
     steps.append(("add", (values[-1], "x2"), (None, 3), F32))
     assert _cfusion.compilable(steps, specs)
@@ -221,7 +227,7 @@ def test_random_dags_give_numpys_bits(seed, monkeypatch):
 
 
 # -- exp, log, tanh, sigmoid: within the stated ULPs -----------------------------------------------
-@pytest.mark.parametrize("name", sorted(_cfusion.TRANSCENDENTAL))
+@pytest.mark.parametrize("name", TRANSCENDENTAL)
 def test_transcendental_ops_are_within_their_ulp_bound(name, single):
     """Over 4 million float32 values: random bit patterns (the whole range: subnormals, huge values,
     inf, NaN), a dense grid where the function bends, and the special values."""
@@ -235,7 +241,7 @@ def test_transcendental_ops_are_within_their_ulp_bound(name, single):
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(got), nan), x[np.isnan(got) != nan][:5]
     worst = ulps(got[~nan], want[~nan])
-    assert worst.max() <= _cfusion.ULP_BOUND[name], (name, x[~nan][worst.argmax()], worst.max())
+    assert worst.max() <= _cfusion.ULP_BOUND[get_op(name).c_block], (name, x[~nan][worst.argmax()], worst.max())
     signed = np.array([0.0, -0.0], np.float32)   # odd functions keep the sign of zero
     if name == "tanh":
         same_bits(kernel(signed), np.tanh(signed))
@@ -245,7 +251,7 @@ def test_transcendental_results_are_deterministic(single):
     """The vector loop and its scalar remainder give the same bits: a value's result does not
     depend on where in the array it sits, nor on the array's length."""
     x = np.random.default_rng(5).uniform(-10, 10, 1000).astype(np.float32)
-    for name in sorted(_cfusion.TRANSCENDENTAL):
+    for name in TRANSCENDENTAL:
         k = single[name, F32, False][2]
         whole = k(x)
         for n in (1, 3, 7, 9, 255, 257):

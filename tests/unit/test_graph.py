@@ -408,6 +408,6 @@ def test_active_count_returns_after_tracing(body, error):
         with pytest.raises(error):
             traced(fl.zeros([3]))
     assert ACTIVE.count == before
-    assert st.graph is None and st.graph_stack == [] and st.tapes == []
+    assert st.graph is None and st.interpreters == [] and st.interpreter is None and st.tapes == []
     # eager mode is back: ops give values, and the fast path is taken again
     assert fl.add(fl.constant(1.0), fl.constant(2.0)).numpy() == 3.0

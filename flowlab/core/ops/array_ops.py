@@ -232,7 +232,7 @@ _concat_part_op = defop("concat_grad", _concat_part_kernel, _concat_part_rule, _
 
 
 _concat_op = defop("concat", lambda *xs, axis: np.concatenate(xs, axis), _concat_rule, _concat_grad,
-                   same_dtype="all")
+                   same_dtype="all", fresh=True)
 
 
 def concat(values, axis, name=None):
@@ -258,7 +258,8 @@ def _stack_grad(c, g):
     return tuple(g[(_builtin_slice(None),) * a + (i,)] for i in builtins.range(len(c.inputs)))
 
 
-_stack_op = defop("stack", lambda *xs, axis: np.stack(xs, axis), _stack_rule, _stack_grad, same_dtype="all")
+_stack_op = defop("stack", lambda *xs, axis: np.stack(xs, axis), _stack_rule, _stack_grad, same_dtype="all",
+                  fresh=True)
 
 
 def stack(values, axis=0, name=None):
@@ -525,7 +526,7 @@ def range(start, limit=None, delta=1, dtype=None, name=None):  # noqa: A001 - TF
 
 
 _shape_op = defop("shape", lambda x, out_type: np.asarray(x.shape, dtype=out_type),
-                  lambda x, out_type: ((len(R.spec(x)[0]),), np.dtype(out_type)))
+                  lambda x, out_type: ((len(R.spec(x)[0]),), np.dtype(out_type)), shape_only=(0,))
 
 
 def shape(input, out_type=dtypes.int32, name=None):  # noqa: A002 - TF's signature

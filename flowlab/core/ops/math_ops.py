@@ -1,4 +1,8 @@
-"""Elementwise math, comparisons and matmul. Each entry: kernel, shape rule, gradient."""
+"""Elementwise math, comparisons and matmul. Each entry: kernel, shape rule, gradient, and what the
+graph passes need of it (``OpDef``): an elementwise op's fusible form (``elementwise``, the same
+ufuncs as its kernel, with ``out=``), its C expression for compiled fusion (``c_expr``, and
+``c_block``: a float32 function of core/passes/_cfusion_prelude.c), and whether its kernel returns
+a new array (``fresh``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +18,8 @@ def _unb(g, x):
     return array_ops.unbroadcast(g, R.shape_of(x), x)
 
 
-def _binary_op(name, kernel, grad, doc, operator=None, rule=R.elementwise, strict=False):
-    op = defop(name, kernel, rule, grad, same_dtype=(0, 1), strict=strict, doc=doc)
+def _binary_op(name, kernel, grad, doc, operator=None, rule=R.elementwise, strict=False, **facets):
+    op = defop(name, kernel, rule, grad, same_dtype=(0, 1), strict=strict, doc=doc, **facets)
     fn = binary(op)
     if operator:
         setattr(Tensor, f"__{operator}__", fn)
@@ -23,14 +27,20 @@ def _binary_op(name, kernel, grad, doc, operator=None, rule=R.elementwise, stric
     return fn
 
 
-def _unary_op(name, kernel, grad, doc, rule=R.same):
+def _unary_op(name, kernel, grad, doc, rule=R.same, **facets):
     # ops on floats only (sqrt, exp...) are strict: numpy would quietly turn an int32 input into
     # float64, so only float inputs take the fast path and the rest meet the rule's error
     if rule is R.floating:
-        return unary(defop(name, kernel, rule, grad, strict=True, doc=doc), kinds="f")
+        return unary(defop(name, kernel, rule, grad, strict=True, doc=doc, **facets), kinds="f")
     if rule is R.logical:
-        return unary(defop(name, kernel, rule, grad, strict=True, doc=doc), kinds="b")
-    return unary(defop(name, kernel, rule, grad, doc=doc))
+        return unary(defop(name, kernel, rule, grad, strict=True, doc=doc, **facets), kinds="b")
+    return unary(defop(name, kernel, rule, grad, doc=doc, **facets))
+
+
+def _fusible(ufunc, c_expr=None, c_block=None, c_bool=False):
+    """The graph passes' facets of an elementwise op whose kernel is ``ufunc`` (or computes exactly
+    what it does): fusible as ``ufunc``, its result a new array, and its C expression if it has one."""
+    return {"elementwise": ufunc, "fresh": True, "c_expr": c_expr, "c_block": c_block, "c_bool": c_bool}
 
 
 def _divide_rule(x, y):
@@ -46,21 +56,22 @@ def _pair(c, gx, gy):
 
 
 add = _binary_op("add", np.add, lambda c, g: _pair(c, lambda: g, lambda: g),
-                 "x + y, broadcasting as numpy does.", "add")
+                 "x + y, broadcasting as numpy does.", "add", **_fusible(np.add, "{a} + {b}"))
 subtract = _binary_op("subtract", np.subtract, lambda c, g: _pair(c, lambda: g, lambda: -g),
-                      "x - y, broadcasting.", "sub")
+                      "x - y, broadcasting.", "sub", **_fusible(np.subtract, "{a} - {b}"))
 multiply = _binary_op("multiply", np.multiply,
                       lambda c, g: _pair(c, lambda: g * c.inputs[1], lambda: g * c.inputs[0]),
-                      "x * y elementwise, broadcasting.", "mul")
+                      "x * y elementwise, broadcasting.", "mul", **_fusible(np.multiply, "{a} * {b}"))
 # d(x/y) = 1/y dx - x/y^2 dy = (dx - z dy) / y
 divide = _binary_op("divide", np.true_divide,
                     lambda c, g: _pair(c, lambda: g / c.inputs[1], lambda: -g * c.output / c.inputs[1]),
                     "x / y (true division: integers give float64, as in TensorFlow).", "truediv",
-                    rule=_divide_rule)
-floordiv = _binary_op("floordiv", np.floor_divide, None, "x // y, rounding toward -inf. No gradient.", "floordiv")
+                    rule=_divide_rule, **_fusible(np.true_divide, "{a} / {b}"))
+floordiv = _binary_op("floordiv", np.floor_divide, None, "x // y, rounding toward -inf. No gradient.", "floordiv",
+                      **_fusible(np.floor_divide))
 floormod = _binary_op("floormod", np.mod,
                       lambda c, g: (_unb(g, c.inputs[0]), _unb(-g * floordiv(c.inputs[0], c.inputs[1]), c.inputs[1])),
-                      "x % y with the sign of y (Python's %).", "mod")
+                      "x % y with the sign of y (Python's %).", "mod", **_fusible(np.mod))
 
 
 def _pow_grad(c, g):
@@ -71,7 +82,7 @@ def _pow_grad(c, g):
     return (gx if gx is None else _unb(gx, x), gy if gy is None else _unb(gy, y))
 
 
-pow = _binary_op("pow", np.power, _pow_grad, "x ** y elementwise.", "pow")  # noqa: A001 - TF's name
+pow = _binary_op("pow", np.power, _pow_grad, "x ** y elementwise.", "pow", **_fusible(np.power))  # noqa: A001
 
 
 def _max_min_grad(pick):
@@ -84,23 +95,32 @@ def _max_min_grad(pick):
 
 
 maximum = _binary_op("maximum", np.maximum, _max_min_grad(lambda x, y: greater_equal(x, y)),
-                     "Elementwise max(x, y).")
+                     "Elementwise max(x, y).", **_fusible(np.maximum, "FL_MAX({a}, {b})"))
 minimum = _binary_op("minimum", np.minimum, _max_min_grad(lambda x, y: less_equal(x, y)),
-                     "Elementwise min(x, y).")
+                     "Elementwise min(x, y).", **_fusible(np.minimum, "FL_MIN({a}, {b})"))
 
-negative = _unary_op("negative", np.negative, lambda c, g: (-g,), "-x.")
+negative = _unary_op("negative", np.negative, lambda c, g: (-g,), "-x.", **_fusible(np.negative, "-{a}"))
 Tensor.__neg__ = negative
 Tensor.__pos__ = lambda self: self
-sign = _unary_op("sign", np.sign, None, "-1, 0 or 1 by the sign of x. No gradient (zero almost everywhere).")
-abs = _unary_op("abs", np.abs, lambda c, g: (g * sign(c.inputs[0]),), "|x|.")  # noqa: A001 - TF's name
+sign = _unary_op("sign", np.sign, None, "-1, 0 or 1 by the sign of x. No gradient (zero almost everywhere).",
+                **_fusible(np.sign, "({a} > 0 ? ({T})1 : {a} < 0 ? ({T})-1 : {a} == 0 ? ({T})0 : {a})"))
+abs = _unary_op("abs", np.abs, lambda c, g: (g * sign(c.inputs[0]),), "|x|.",  # noqa: A001 - TF's name
+               **_fusible(np.abs, "FL_ABS_{T}({a})"))
 Tensor.__abs__ = abs
-square = _unary_op("square", np.square, lambda c, g: (g * 2 * c.inputs[0],), "x * x.")
-sqrt = _unary_op("sqrt", np.sqrt, lambda c, g: (g / (2 * c.output),), "Square root.", rule=R.floating)
-exp = _unary_op("exp", np.exp, lambda c, g: (g * c.output,), "e ** x.", rule=R.floating)
-log = _unary_op("log", np.log, lambda c, g: (g / c.inputs[0],), "Natural logarithm.", rule=R.floating)
-sin = _unary_op("sin", np.sin, lambda c, g: (g * cos(c.inputs[0]),), "sin(x).", rule=R.floating)
-cos = _unary_op("cos", np.cos, lambda c, g: (-g * sin(c.inputs[0]),), "cos(x).", rule=R.floating)
-tanh = _unary_op("tanh", np.tanh, lambda c, g: (g * (1 - square(c.output)),), "Hyperbolic tangent.", rule=R.floating)
+square = _unary_op("square", np.square, lambda c, g: (g * 2 * c.inputs[0],), "x * x.",
+                  **_fusible(np.square, "{a} * {a}"))
+sqrt = _unary_op("sqrt", np.sqrt, lambda c, g: (g / (2 * c.output),), "Square root.", rule=R.floating,
+                **_fusible(np.sqrt, "FL_SQRT_{T}({a})"))
+exp = _unary_op("exp", np.exp, lambda c, g: (g * c.output,), "e ** x.", rule=R.floating,
+               **_fusible(np.exp, "fl_expf({a})", "fl_expf"))
+log = _unary_op("log", np.log, lambda c, g: (g / c.inputs[0],), "Natural logarithm.", rule=R.floating,
+               **_fusible(np.log, "fl_logf({a})", "fl_logf"))
+sin = _unary_op("sin", np.sin, lambda c, g: (g * cos(c.inputs[0]),), "sin(x).", rule=R.floating,
+               **_fusible(np.sin))
+cos = _unary_op("cos", np.cos, lambda c, g: (-g * sin(c.inputs[0]),), "cos(x).", rule=R.floating,
+               **_fusible(np.cos))
+tanh = _unary_op("tanh", np.tanh, lambda c, g: (g * (1 - square(c.output)),), "Hyperbolic tangent.",
+                rule=R.floating, **_fusible(np.tanh, "fl_tanhf({a})", "fl_tanhf"))
 
 
 def _sigmoid_kernel(x):
@@ -108,8 +128,19 @@ def _sigmoid_kernel(x):
     return 0.5 * (np.tanh(0.5 * x) + 1)
 
 
+def _sigmoid_out(x, out=None):
+    """``_sigmoid_kernel`` with ``out=``: the same ufuncs in the same order (the same bits)."""
+    t = np.multiply(x, 0.5, out=out)
+    if type(t) is not np.ndarray:   # a 0-d input gives a numpy scalar, which cannot be written to
+        return 0.5 * (np.tanh(t) + 1)
+    np.tanh(t, out=t)
+    np.add(t, 1, out=t)
+    return np.multiply(t, 0.5, out=t)
+
+
 sigmoid = _unary_op("sigmoid", _sigmoid_kernel, lambda c, g: (g * c.output * (1 - c.output),),
-                    "1 / (1 + e ** -x).", rule=R.floating)
+                    "1 / (1 + e ** -x).", rule=R.floating,
+                    **_fusible(_sigmoid_out, "fl_sigmoidf({a})", "fl_sigmoidf"))
 log1p = _unary_op("log1p", np.log1p, lambda c, g: (g / (1 + c.inputs[0]),), "log(1 + x), exact near 0.",
                   rule=R.floating)
 expm1 = _unary_op("expm1", np.expm1, lambda c, g: (g * (c.output + 1),), "e ** x - 1, exact near 0.", rule=R.floating)
@@ -126,32 +157,51 @@ is_nan, is_inf, is_finite = (
     _unary_op(n, k, None, f"{n[3:]} elementwise (bool).", rule=lambda x, **_: (R.spec(x)[0], R.BOOL))
     for n, k in (("is_nan", np.isnan), ("is_inf", np.isinf), ("is_finite", np.isfinite)))
 # relu's gradient is its own op, so that the backward pass is one kernel and twice differentiable.
+def _relu_grad_out(g, y, out=None):
+    return np.multiply(g, np.greater(y, 0), out=out)
+
+
 _relu_grad = binary(defop("relu_grad", lambda g, y: g * (y > 0), R.elementwise,
-                          lambda c, gg: (relu_grad_(gg, c.inputs[1]), None), same_dtype=(0, 1)))
+                          lambda c, gg: (relu_grad_(gg, c.inputs[1]), None), same_dtype=(0, 1),
+                          **_fusible(_relu_grad_out, "{a} * ({b} > 0 ? ({T})1 : ({T})0)")))
 
 
 def relu_grad_(g, y):
     return _relu_grad(g, y)
 
 
+def _relu_out(x, out=None):
+    return np.maximum(x, 0, out=out)
+
+
 relu = _unary_op("relu", lambda x: np.maximum(x, 0), lambda c, g: (_relu_grad(g, c.output),),
-                 "max(x, 0). NOTE: its gradient at exactly 0 is taken as 0.")
+                 "max(x, 0). NOTE: its gradient at exactly 0 is taken as 0.",
+                 **_fusible(_relu_out, "FL_MAX({a}, ({T})0)"))
 
 # -- comparisons and logic: no gradients ------------------------------------------------------
-equal = _binary_op("equal", np.equal, None, "x == y elementwise (bool).", rule=R.compare)
-not_equal = _binary_op("not_equal", np.not_equal, None, "x != y elementwise (bool).", rule=R.compare)
-less = _binary_op("less", np.less, None, "x < y elementwise (bool).", rule=R.compare)
-less_equal = _binary_op("less_equal", np.less_equal, None, "x <= y elementwise (bool).", rule=R.compare)
-greater = _binary_op("greater", np.greater, None, "x > y elementwise (bool).", rule=R.compare)
-greater_equal = _binary_op("greater_equal", np.greater_equal, None, "x >= y elementwise (bool).", rule=R.compare)
+equal = _binary_op("equal", np.equal, None, "x == y elementwise (bool).", rule=R.compare,
+                   **_fusible(np.equal, "({a} == {b} ? ({T})1 : ({T})0)", c_bool=True))
+not_equal = _binary_op("not_equal", np.not_equal, None, "x != y elementwise (bool).", rule=R.compare,
+                       **_fusible(np.not_equal, "({a} != {b} ? ({T})1 : ({T})0)", c_bool=True))
+less = _binary_op("less", np.less, None, "x < y elementwise (bool).", rule=R.compare,
+                  **_fusible(np.less, "({a} < {b} ? ({T})1 : ({T})0)", c_bool=True))
+less_equal = _binary_op("less_equal", np.less_equal, None, "x <= y elementwise (bool).", rule=R.compare,
+                        **_fusible(np.less_equal, "({a} <= {b} ? ({T})1 : ({T})0)", c_bool=True))
+greater = _binary_op("greater", np.greater, None, "x > y elementwise (bool).", rule=R.compare,
+                     **_fusible(np.greater, "({a} > {b} ? ({T})1 : ({T})0)", c_bool=True))
+greater_equal = _binary_op("greater_equal", np.greater_equal, None, "x >= y elementwise (bool).", rule=R.compare,
+                           **_fusible(np.greater_equal, "({a} >= {b} ? ({T})1 : ({T})0)", c_bool=True))
 Tensor.__eq__ = lambda self, other: False if other is None else equal(self, other)
 Tensor.__ne__ = lambda self, other: True if other is None else not_equal(self, other)
 Tensor.__lt__, Tensor.__le__, Tensor.__gt__, Tensor.__ge__ = less, less_equal, greater, greater_equal
 logical_and = _binary_op("logical_and", np.logical_and, None, "x and y elementwise (bool inputs).",
-                         "and", rule=R.logical, strict=True)
+                         "and", rule=R.logical, strict=True,
+                         **_fusible(np.logical_and, "(({a} != 0) & ({b} != 0) ? ({T})1 : ({T})0)", c_bool=True))
 logical_or = _binary_op("logical_or", np.logical_or, None, "x or y elementwise (bool inputs).", "or",
-                        rule=R.logical, strict=True)
-logical_not = _unary_op("logical_not", np.logical_not, None, "not x elementwise (bool input).", rule=R.logical)
+                        rule=R.logical, strict=True,
+                        **_fusible(np.logical_or, "(({a} != 0) | ({b} != 0) ? ({T})1 : ({T})0)", c_bool=True))
+logical_not = _unary_op("logical_not", np.logical_not, None, "not x elementwise (bool input).", rule=R.logical,
+                         **_fusible(np.logical_not, "({a} == 0 ? ({T})1 : ({T})0)", c_bool=True))
 Tensor.__invert__ = logical_not
 
 
@@ -170,7 +220,7 @@ def _where_grad(c, g):
     return None, _unb(where(cond, g, zero), x), _unb(where(cond, zero, g), y)
 
 
-_where_op = defop("where", np.where, _where_rule, _where_grad, same_dtype=(1, 2), strict=True)
+_where_op = defop("where", np.where, _where_rule, _where_grad, same_dtype=(1, 2), strict=True, fresh=True)
 
 
 def _nonzero_rule(c):
@@ -203,7 +253,7 @@ def _cast_grad(c, g):
     return (None,)
 
 
-_cast_op = defop("cast", lambda x, dtype: x.astype(dtype), _cast_rule, _cast_grad)
+_cast_op = defop("cast", lambda x, dtype: x.astype(dtype), _cast_rule, _cast_grad, fresh=True)
 
 
 def cast(x, dtype, name=None):
@@ -273,7 +323,7 @@ def _matmul_grad(c, g):
     return (_unb(ga, a) if need_a else None), (_unb(gb, b) if need_b else None)
 
 
-_matmul_op = defop("matmul", _matmul_kernel, _matmul_rule, _matmul_grad, same_dtype=(0, 1),
+_matmul_op = defop("matmul", _matmul_kernel, _matmul_rule, _matmul_grad, same_dtype=(0, 1), fresh=True,
                    doc="Matrix product of the last two axes; leading axes broadcast as batch axes.")
 _matmul_fast = binary(_matmul_op)
 Tensor.__matmul__ = _matmul_fast

@@ -34,9 +34,10 @@ def _softmax_rule(logits, axis):
 
 
 # d softmax: y * (g - sum(g * y));  d log_softmax: g - softmax * sum(g)
-_softmax_op = defop("softmax", _softmax_kernel, _softmax_rule, strict=True, grad=lambda c, g: (
+_softmax_op = defop("softmax", _softmax_kernel, _softmax_rule, strict=True, fresh=True, grad=lambda c, g: (
     c.output * (g - reduction_ops.reduce_sum(g * c.output, axis=c.attrs["axis"], keepdims=True)),))
-_log_softmax_op = defop("log_softmax", _log_softmax_kernel, _softmax_rule, strict=True, grad=lambda c, g: (
+_log_softmax_op = defop("log_softmax", _log_softmax_kernel, _softmax_rule, strict=True, fresh=True,
+                        grad=lambda c, g: (
     g - math_ops.exp(c.output) * reduction_ops.reduce_sum(g, axis=c.attrs["axis"], keepdims=True),))
 
 
@@ -196,7 +197,7 @@ def _sparse_xent_grad_grad(c, gg):
 
 
 _sparse_xent_grad_op = defop("sparse_softmax_cross_entropy_grad", _sparse_xent_grad_kernel,
-                             lambda g, labels, logits: R.spec(logits), _sparse_xent_grad_grad)
+                             lambda g, labels, logits: R.spec(logits), _sparse_xent_grad_grad, fresh=True)
 _sparse_xent_op = defop("sparse_softmax_cross_entropy_with_logits", _sparse_xent_kernel, _sparse_xent_rule,
                         lambda c, g: (None, execute(_sparse_xent_grad_op, (g, c.inputs[0], c.inputs[1]))))
 

@@ -49,8 +49,9 @@ def _spread_grad(c, gg):
 
 # The backward pass of a reduction is one op: reshape the upstream gradient to the kept shape,
 # divide by the count for a mean, and broadcast it over the reduced axes. The input x is an input
-# only for its shape at run time, so a graph whose batch size is unknown (None) still works.
-_spread_op = defop("reduce_grad", _spread_kernel, _spread_rule, _spread_grad)
+# only for its shape at run time, so a graph whose batch size is unknown (None) still works
+# (``shape_only``: constant folding needs only x's static shape).
+_spread_op = defop("reduce_grad", _spread_kernel, _spread_rule, _spread_grad, fresh=True, shape_only=(1,))
 
 
 def _spread(c, g, mean=False):
@@ -91,8 +92,8 @@ def _mean_kernel(x, axis, keepdims):
     return total / n
 
 
-def _defreduce(name, kernel, grad, doc):
-    op = defop(name, kernel, R.reduce, grad, doc=doc)
+def _defreduce(name, kernel, grad, doc, **facets):
+    op = defop(name, kernel, R.reduce, grad, doc=doc, **facets)
     _REDUCE_OPS[name] = op
 
     def fn(input_tensor, axis=None, keepdims=False, name=None):
@@ -115,13 +116,13 @@ def _keep_int(x):
 
 reduce_sum = _defreduce("reduce_sum", lambda x, axis, keepdims: x.sum(axis=axis, keepdims=keepdims, dtype=_keep_int(x)),
                         lambda c, g: (_spread(c, g),),
-                        "Sum over ``axis`` (all axes when None); ``keepdims`` keeps them as size 1.")
+                        "Sum over ``axis`` (all axes when None); ``keepdims`` keeps them as size 1.", fresh=True)
 reduce_mean = _defreduce("reduce_mean", _mean_kernel, lambda c, g: (_spread(c, g, mean=True),),
-                         "Mean over ``axis`` (integers give an integer mean, as in TensorFlow).")
+                         "Mean over ``axis`` (integers give an integer mean, as in TensorFlow).", fresh=True)
 reduce_max = _defreduce("reduce_max", lambda x, axis, keepdims: x.max(axis=axis, keepdims=keepdims),
-                        _extreme_grad, "Maximum over ``axis``.")
+                        _extreme_grad, "Maximum over ``axis``.", fresh=True)
 reduce_min = _defreduce("reduce_min", lambda x, axis, keepdims: x.min(axis=axis, keepdims=keepdims),
-                        _extreme_grad, "Minimum over ``axis``.")
+                        _extreme_grad, "Minimum over ``axis``.", fresh=True)
 reduce_prod = _defreduce("reduce_prod", lambda x, axis, keepdims: x.prod(axis=axis, keepdims=keepdims, dtype=_keep_int(x)),
                          # NOTE: y/x is undefined where x == 0; this rule assumes no zeros.
                          lambda c, g: (_spread(c, g) * _spread(c, c.output) / c.inputs[0],),

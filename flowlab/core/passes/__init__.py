@@ -28,6 +28,9 @@ fetches)``:
   pass treats them as opaque inputs: never constants, never written into.
 - Stateful nodes (``OpDef.stateful``: reads, assignments, optimizer updates, random draws) are
   never folded, merged, dropped or reordered among themselves.
+- What a pass needs to know of an op is a field of its ``OpDef`` (``elementwise``, ``c_expr``,
+  ``fresh``, ``shape_only``...), never its name: a new op is one ``defop`` for the passes too
+  (tests/unit/test_op_entries.py).
 
 >>> import flowlab as fl
 >>> from flowlab.core.executor import compile_plan

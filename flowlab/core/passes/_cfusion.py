@@ -2,10 +2,11 @@
 over blocks of elements kept in L1 (``c_function``), compiled for this CPU (see _ccompile.py).
 
 Which groups compile (``compilable``): at least ``MIN_OPS`` ops; every input of the group's dtype,
-float32 or float64; every op in ``C_OPS`` (the transcendental ones in float32 only); each step's
-result of that dtype, or bool for comparisons and logical ops (a bool is held as 0.0 or 1.0, which
-is what numpy casts it to when it meets a float); at least one input that is full size (static
-shape of the result's rank), the others known to hold one element (they broadcast). At call time
+float32 or float64; every op with a C expression (``OpDef.c_expr``; float32 only for an op with a
+``c_block`` function); each step's result of that dtype, or bool for an op whose expression gives
+1 or 0 (``c_bool``: comparisons and logical ops; a bool is held as 0.0 or 1.0, which is what numpy
+casts it to when it meets a float); at least one input that is full size (static shape of the
+result's rank), the others known to hold one element (they broadcast). At call time
 full-size inputs that are not C-contiguous, or broadcast (an unknown dimension of 1), are copied
 first; only inputs of another dtype run the group's numpy kernel. Why at least ``MIN_OPS``: gcc
 costs 0.2-0.7 s per plan (a library found in the disk cache: about 15 ms), and most graphs in
@@ -15,12 +16,12 @@ test_fusion_compiled.py. Compiling happens when a plan is built, one C file per 
 
 Arithmetic, comparisons and logical ops are the same IEEE operations numpy runs, so the same bits
 (maximum/minimum and sign follow numpy's NaN and signed-zero rules, tested bit for bit). exp, log,
-tanh and sigmoid are our own, float32 only: range reduction and a short polynomial, using only
-+, -, *, /, fma and bit operations (each correctly rounded, so vector and scalar code, and any two
-runs, give the same bits); exp, log and sigmoid computed in double precision then rounded, tanh in
-float32 (it is what long chains are made of; twice the vector lanes). Each result is within
-``ULP_BOUND`` of the correctly rounded value over the whole float32 range: measured over every 97th
-float32 bit pattern (44 million values), exp and log were always correctly rounded, sigmoid at most
+tanh and sigmoid are our own (in ``_cfusion_prelude.c``), float32 only: range reduction and a short
+polynomial, using only +, -, *, /, fma and bit operations (each correctly rounded, so vector and
+scalar code, and any two runs, give the same bits); exp, log and sigmoid computed in double
+precision then rounded, tanh in float32 (it is what long chains are made of; twice the vector
+lanes). Each result is within ``ULP_BOUND`` of the correctly rounded value over the whole float32
+range: measured over every 97th float32 bit pattern (44 million values), exp and log were always correctly rounded, sigmoid at most
 1 ULP off, tanh at most 2 (tests/unit/test_fusion_compiled.py checks 4 million values per op).
 NOTE: eager sigmoid is 0.5 * (tanh(x / 2) + 1), which loses relative accuracy for x below about
 -9 (6e-8 at -17, where the true value is 4e-8; 0 from about -18); the compiled 1 / (1 + e^-x) does
@@ -28,143 +29,29 @@ not, so there the two differ by more than the bound in relative terms (by under 
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
+from ..execute import get_op
 from . import _ccompile
 
 MIN_OPS = 8
-# float32 ULPs from the correctly rounded result (tests/unit/test_fusion_compiled.py checks them)
-ULP_BOUND = {"exp": 1, "log": 1, "sigmoid": 1, "tanh": 2}
+# float32 ULPs from the correctly rounded result, by function of the prelude (an op's ``c_block``;
+# tests/unit/test_fusion_compiled.py checks them)
+ULP_BOUND = {"fl_expf": 1, "fl_logf": 1, "fl_sigmoidf": 1, "fl_tanhf": 2}
 
 _F32, _F64, _BOOL = np.dtype(np.float32), np.dtype(np.float64), np.dtype(bool)
-# op name -> C expression of its arguments a, b in type T (each step's C type)
-C_OPS = {
-    "add": "{a} + {b}", "subtract": "{a} - {b}", "multiply": "{a} * {b}", "divide": "{a} / {b}",
-    "negative": "-{a}", "abs": "FL_ABS_{T}({a})", "square": "{a} * {a}", "sqrt": "FL_SQRT_{T}({a})",
-    "maximum": "FL_MAX({a}, {b})", "minimum": "FL_MIN({a}, {b})", "relu": "FL_MAX({a}, ({T})0)",
-    "relu_grad": "{a} * ({b} > 0 ? ({T})1 : ({T})0)",
-    "sign": "({a} > 0 ? ({T})1 : {a} < 0 ? ({T})-1 : {a} == 0 ? ({T})0 : {a})",
-    "equal": "({a} == {b} ? ({T})1 : ({T})0)", "not_equal": "({a} != {b} ? ({T})1 : ({T})0)",
-    "less": "({a} < {b} ? ({T})1 : ({T})0)", "less_equal": "({a} <= {b} ? ({T})1 : ({T})0)",
-    "greater": "({a} > {b} ? ({T})1 : ({T})0)", "greater_equal": "({a} >= {b} ? ({T})1 : ({T})0)",
-    "logical_and": "(({a} != 0) & ({b} != 0) ? ({T})1 : ({T})0)",
-    "logical_or": "(({a} != 0) | ({b} != 0) ? ({T})1 : ({T})0)",
-    "logical_not": "({a} == 0 ? ({T})1 : ({T})0)",
-    "exp": "fl_expf({a})", "log": "fl_logf({a})", "tanh": "fl_tanhf({a})", "sigmoid": "fl_sigmoidf({a})",
-}
-TRANSCENDENTAL = frozenset({"exp", "log", "tanh", "sigmoid"})   # float32 only
-BOOL_OPS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
-                      "logical_and", "logical_or", "logical_not"})
+_PRELUDE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_cfusion_prelude.c")
+_prelude = []
 
-PRELUDE = r"""
-#include <stdint.h>
-#include <string.h>
-#define FL_INLINE static inline __attribute__((always_inline))
-/* numpy's maximum/minimum: a NaN wins (the first one); otherwise a strict comparison, so of two
-   zeros the second argument is the result */
-#define FL_MAX(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b))
-#define FL_MIN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) < (b) ? (a) : (b))
-#define FL_DATA(o) (*(void *const *)((const char *)(o) + FL_DATA_OFFSET))   /* a numpy array's data */
-#define FL_SHIFT 6755399441055744.0   /* 1.5 * 2^52: adding it rounds a double to an integer */
 
-FL_INLINE double fl_double(uint64_t b) { double d; memcpy(&d, &b, 8); return d; }
-FL_INLINE uint64_t fl_bits(double d) { uint64_t b; memcpy(&b, &d, 8); return b; }
-
-/* e^r - 1 for |r| <= 0.35: Taylor series to r^10, Horner form (truncation < 3e-13 relative) */
-FL_INLINE double fl_expm1_small(double r) {
-    double p = 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;    p = p * r + 1.0 / 5040.0;    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;      p = p * r + 1.0 / 24.0;      p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;              p = p * r + 1.0;
-    return p * r;
-}
-
-/* x = n ln2 + r with n whole and |r| <= ln2/2 (ln2 split in two parts, the first with 21 trailing
-   zero bits, so n * hi is exact); returns 2^n and sets *r. For -1000 < x < 1000. */
-FL_INLINE double fl_reduce(double x, double *r) {
-    double k = x * 1.4426950408889634 + FL_SHIFT;
-    double n = k - FL_SHIFT;
-    *r = (x - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
-    return fl_double((fl_bits(k) - fl_bits(FL_SHIFT) + 1023) << 52);
-}
-
-FL_INLINE double fl_exp_d(double x) { double r, s = fl_reduce(x, &r); return s + s * fl_expm1_small(r); }
-
-FL_INLINE float fl_expf(float x) {
-    double d = x;
-    d = d > 89.0 ? 89.0 : d;        /* e^89 is past float32's largest: rounds to inf */
-    d = d < -104.0 ? -104.0 : d;    /* e^-104 is below half the smallest subnormal: rounds to 0 */
-    float y = (float)fl_exp_d(d);
-    return x != x ? x + x : y;
-}
-
-FL_INLINE float fl_sigmoidf(float x) {
-    double d = -(double)x;
-    d = d > 105.0 ? 105.0 : d;
-    d = d < -90.0 ? -90.0 : d;
-    float y = (float)(1.0 / (1.0 + fl_exp_d(d)));
-    return x != x ? x + x : y;
-}
-
-/* tanh|x| = E / (E + 2) with E = e^(2|x|) - 1 = 2^n (e^r - 1) + (2^n - 1), in float32 (twice the
-   lanes of double, and tanh is the op long chains are made of): no cancellation anywhere. e^r - 1 is
-   r + r^2/2 + r^3 q(r), q fitted for relative error (7e-10 on |r| <= ln2/2). fmaf is exact then
-   rounded once, by definition: the same bits from the FMA instruction or from libm without one.
-   A NaN passes through. */
-FL_INLINE float fl_float(uint32_t b) { float f; memcpy(&f, &b, 4); return f; }
-FL_INLINE uint32_t fl_fbits(float f) { uint32_t b; memcpy(&b, &f, 4); return b; }
-FL_INLINE float fl_tanhf(float x) {
-    float t = __builtin_fabsf(x);
-    t = t > 9.5f ? 9.5f : t;        /* tanh(9.5) rounds to 1 in float32 */
-    float u = t + t;
-    float k = __builtin_fmaf(u, 1.44269504f, 12582912.0f);   /* 1.5 * 2^23: rounds to a whole n */
-    float n = k - 12582912.0f;
-    float r = __builtin_fmaf(n, -0.693145752f, u);             /* ln2 in two parts */
-    r = __builtin_fmaf(n, -1.42860677e-06f, r);
-    float q = 0.00019779f;
-    q = __builtin_fmaf(q, r, 0.00139336f);
-    q = __builtin_fmaf(q, r, 0.0083335f);
-    q = __builtin_fmaf(q, r, 0.04166648f);
-    q = __builtin_fmaf(q, r, 0.16666666f);
-    float p = __builtin_fmaf(__builtin_fmaf(q, r, 0.5f) * r, r, r);
-    float s = fl_float((fl_fbits(k) - fl_fbits(12582912.0f) + 127u) << 23);
-    float e = __builtin_fmaf(s, p, s - 1.0f);
-    return __builtin_copysignf(e / (e + 2.0f), x);
-}
-
-/* log x = e ln2 + log m, m in [sqrt(1/2), sqrt(2)); log m = 2 atanh(s), s = (m-1)/(m+1), |s| < 0.172,
-   odd series to s^17. float32 subnormals are normal doubles, so the exponent field is exact. */
-FL_INLINE float fl_logf(float x) {
-    double d = x;
-    uint64_t b = fl_bits(d);
-    double m = fl_double((b & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL);
-    double e = fl_double(0x4330000000000000ULL | ((b >> 52) & 0x7ff)) - (4503599627370496.0 + 1023.0);
-    int big = m > 1.4142135623730951;
-    m = big ? 0.5 * m : m;
-    e = big ? e + 1.0 : e;
-    double s = (m - 1.0) / (m + 1.0), z = s * s;
-    double p = 2.0 / 17;
-    p = p * z + 2.0 / 15; p = p * z + 2.0 / 13; p = p * z + 2.0 / 11; p = p * z + 2.0 / 9;
-    p = p * z + 2.0 / 7;  p = p * z + 2.0 / 5;  p = p * z + 2.0 / 3;  p = p * z + 2.0;
-    float y = (float)(e * 0.6931471805599453 + s * p);
-    y = x < 0 ? __builtin_nanf("") : y;
-    y = x == 0 ? -__builtin_inff() : y;
-    y = x == __builtin_inff() ? x : y;
-    return x != x ? x + x : y;
-}
-#define FL_BLOCK(name) static void __attribute__((noinline)) name##_n(int64_t m, const float *restrict a, \
-                                                                     float *restrict y) { \
-    for (int64_t i = 0; i < m; i++) y[i] = name(a[i]); }
-FL_BLOCK(fl_expf)
-FL_BLOCK(fl_logf)
-FL_BLOCK(fl_tanhf)
-FL_BLOCK(fl_sigmoidf)
-#define FL_ABS_float(a) __builtin_fabsf(a)
-#define FL_ABS_double(a) __builtin_fabs(a)
-#define FL_SQRT_float(a) __builtin_sqrtf(a)
-#define FL_SQRT_double(a) __builtin_sqrt(a)
-"""
+def prelude() -> str:
+    """The C every generated file starts with (``_cfusion_prelude.c``, read on first use)."""
+    if not _prelude:
+        with open(_PRELUDE_FILE, encoding="utf-8") as f:
+            _prelude.append(f.read())
+    return _prelude[0]
 
 
 def compilable(steps, inputs) -> bool:
@@ -175,9 +62,10 @@ def compilable(steps, inputs) -> bool:
     if dtype not in (_F32, _F64) or any(d != dtype for _, d in inputs):
         return False
     for name, _, _, d in steps:
-        if name not in C_OPS or (name in TRANSCENDENTAL and dtype != _F32):
+        op = get_op(name)
+        if op.c_expr is None or (op.c_block is not None and dtype != _F32):
             return False
-        if d != dtype and not (d == _BOOL and name in BOOL_OPS):
+        if d != dtype and not (d == _BOOL and op.c_bool):
             return False
     kinds = [_kind(shape, out_shape) for shape, _ in inputs]
     return None not in kinds and "full" in kinds
@@ -217,7 +105,7 @@ def c_function(fname, steps, inputs) -> str:
         if all(a in once for a in args) and j != len(steps) - 1:
             once.add(f"t{j}")
             continue
-        block = name in TRANSCENDENTAL and args[0] not in once   # else it runs inline, per element
+        block = get_op(name).c_block is not None and args[0] not in once   # else it runs inline, per element
         if block or size == SEGMENT or seg < 0 or after_block:
             seg, size = seg + 1, 0
         segment[j], size, after_block = seg, size + 1, block
@@ -243,7 +131,7 @@ def c_function(fname, steps, inputs) -> str:
     def expr(j):
         name, args, _, _ = steps[j]
         a, b = (list(args) + [None, None])[:2]
-        return C_OPS[name].format(a=a, b=b, T=ctype)
+        return get_op(name).c_expr.format(a=a, b=b, T=ctype)
 
     def pointer(a):   # a full input's or a buffered value's block, for a block function
         return f"p{a[1:]} + i0" if a[0] == "x" else f"b{buffer[int(a[1:])]}"
@@ -262,7 +150,7 @@ def c_function(fname, steps, inputs) -> str:
         if members[0] in blocked:
             j = members[0]
             target = "out + i0" if j == last else f"b{buffer[j]}"
-            lines.append(f"        fl_{steps[j][0]}f_n(m, {pointer(steps[j][1][0])}, {target});")
+            lines.append(f"        {get_op(steps[j][0]).c_block}_n(m, {pointer(steps[j][1][0])}, {target});")
             continue
         lines.append("        for (int64_t i = 0; i < m; i++) {")
         for a in sorted({a for j in members for a in steps[j][1]}):
@@ -292,7 +180,7 @@ def compile_groups(groups):
     offset = _data_offset()
     if offset is None:
         return [None] * len(groups)
-    source = (f"#define FL_DATA_OFFSET {offset}\n" + PRELUDE
+    source = (f"#define FL_DATA_OFFSET {offset}\n" + prelude()
               + "\n\n".join(c_function(f"flowlab_k{k}", *groups[k]) for k in chosen) + "\n")
     lib = _ccompile.load(source)
     wrappers = [None] * len(groups)

@@ -5,24 +5,19 @@ import numpy as np
 
 from ..execute import OpDef, get_op
 from ._rewrite import copy_node, on_local_cpu, rewire
-from .fusion import ELEMENTWISE, elementwise_node, elementwise_steps, fusable
-
-# Ops whose kernel returns a new array that shares memory with nothing (when its rank is 1 or more).
-FRESH = frozenset(ELEMENTWISE) | {"matmul", "reduce_grad", "sparse_softmax_cross_entropy_grad", "softmax",
-                                  "log_softmax", "cast", "where", "concat", "stack", "reduce_sum", "reduce_mean",
-                                  "reduce_max", "reduce_min"}
+from .fusion import elementwise_node, elementwise_steps, fusable
 
 
 def reuse_buffers(nodes, fetches, feeds):
     """Let an elementwise node (fused or single) write its result with ``out=`` into an input's
     buffer when that buffer is the plan's own and dead after this node: it was made in this run by
-    a kernel known to return a new array (``FRESH``), this node is the last to read it or any
-    value that may share its memory, it is not fetched, no stateful op has seen it (an assignment
-    makes it a variable's value), and it has the result's shape and dtype. That saves one
-    allocation per such node. Safe because nothing can observe the overwritten values: a value
-    that may share memory with the buffer is any output of a node not known to return a new array
-    (``reshape``, ``transpose``, ``getitem``, ``identity``... give views, or the input itself)
-    made from it, and all of them are dead too; and in a fused kernel, whose steps run one after
+    a kernel known to return a new array (``OpDef.fresh``, or a fused kernel), this node is the
+    last to read it or any value that may share its memory, it is not fetched, no stateful op has
+    seen it (an assignment makes it a variable's value), and it has the result's shape and dtype.
+    That saves one allocation per such node. Safe because nothing can observe the overwritten
+    values: a value that may share memory with the buffer is any output of a node not known to
+    return a new array (``reshape``, ``transpose``, ``getitem``, ``identity``... give views, or the
+    input itself) made from it, and all of them are dead too; and in a fused kernel, whose steps run one after
     another, no other input of the node may share its memory. Fed arrays, constants and variables'
     arrays (``read`` returns the variable's own array) are never plan-owned, so never written;
     every run allocates its own buffers, so results returned by earlier runs never change.
@@ -85,7 +80,7 @@ def _inplace_op(op):
 def _one_ufunc(steps) -> bool:
     # NOTE: a fused kernel may write into a donated input before a later step reads another input
     # that is a view of it; one ufunc reads all its operands first (numpy copies overlapping ones).
-    return len(steps) == 1 and isinstance(ELEMENTWISE[steps[0][0]], np.ufunc)
+    return len(steps) == 1 and isinstance(get_op(steps[0][0]).elementwise, np.ufunc)
 
 
 def _aliased(t, inputs, owners) -> bool:
@@ -94,6 +89,4 @@ def _aliased(t, inputs, owners) -> bool:
 
 
 def _fresh(node) -> bool:
-    name = node.op.name
-    return bool(node.output._shape) and on_local_cpu(node) and (
-        (name in FRESH and node.op is get_op(name)) or hasattr(node.op.kernel, "steps"))
+    return bool(node.output._shape) and on_local_cpu(node) and (node.op.fresh or hasattr(node.op.kernel, "steps"))

@@ -3,16 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..execute import get_op
-from ..graph import CONST
+from ..graph import CONST, PLACEHOLDER
 from ._rewrite import copy_node, on_local_cpu, rewire
 
 FOLD_LIMIT_BYTES = 1 << 20   # a larger result is folded only if no larger than its largest input
-_NEVER = ("const", "placeholder")
-# Ops whose kernel reads only the shape (and dtype) of these inputs, by op name: such an input
-# need not be a constant, only of fully known static shape (the gradient of a mean over a batch
-# of fixed size is a constant, whatever the batch holds).
-SHAPE_ONLY = {"reduce_grad": (1,), "shape": (0,)}
 
 
 def fold_constants(nodes, fetches, feeds):
@@ -24,15 +18,16 @@ def fold_constants(nodes, fetches, feeds):
     node), when its result holds NaN or Inf (so numerics checks still name the op that made it),
     when the result would be a large array made from small ones (``broadcast_to``), and when the
     node has control inputs (made in a ``control_dependencies`` block: it must stay a node that
-    runs them first). An input that the op reads only for its shape (``SHAPE_ONLY``) counts as a
-    constant when its static shape is fully known: the kernel gets a stand-in of that shape."""
+    runs them first). An input that the op reads only for its shape (``OpDef.shape_only``: the
+    gradient of a mean over a batch of fixed size is a constant, whatever the batch holds) counts
+    as a constant when its static shape is fully known: the kernel gets a stand-in of that shape."""
     consts = {n for n in nodes if n.op is CONST}
     replaced = {}
     out = []
     for n in nodes:
         ins = [replaced.get(t.node, t) for t in n.inputs]
         shape_only = _shape_only(n, ins)
-        if (n.op.stateful or n.op.name in _NEVER or n.control_inputs or not on_local_cpu(n)
+        if (n.op.stateful or n.op is CONST or n.op is PLACEHOLDER or n.control_inputs or not on_local_cpu(n)
                 or not all(t.node in consts or i in shape_only for i, t in enumerate(ins))):
             out.append(n)
             continue
@@ -50,8 +45,8 @@ def fold_constants(nodes, fetches, feeds):
 
 def _shape_only(node, ins):
     """The positions of ``node``'s inputs that its kernel reads only for their (fully known) shape."""
-    positions = SHAPE_ONLY.get(node.op.name)
-    if not positions or node.op is not get_op(node.op.name):
+    positions = node.op.shape_only
+    if not positions:
         return ()
     return tuple(i for i in positions if i < len(ins) and ins[i]._shape is not None
                  and None not in ins[i]._shape)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph import PLACEHOLDER
 from ._rewrite import rewire
 
 _PLAIN = (type(None), bool, int, str, bytes, np.dtype, type, type(Ellipsis))
@@ -21,7 +22,7 @@ def eliminate_common_subexpressions(nodes, fetches, feeds):
     replaced = {}
     out = []
     for n in nodes:
-        if n.op.stateful or n.op.name == "placeholder":
+        if n.op.stateful or n.op is PLACEHOLDER:
             out.append(n)
             continue
         key = (n.op, _freeze(n.device), _freeze(n.attrs),

@@ -19,45 +19,13 @@ from . import _cfusion
 from ._rewrite import consumers, copy_node, on_local_cpu, rewire
 
 
-def _relu(x, out=None):
-    return np.maximum(x, 0, out=out)
-
-
-def _relu_grad(g, y, out=None):
-    return np.multiply(g, np.greater(y, 0), out=out)
-
-
-def _sigmoid(x, out=None):
-    t = np.multiply(x, 0.5, out=out)
-    if type(t) is not np.ndarray:   # a 0-d input gives a numpy scalar, which cannot be written to
-        return 0.5 * (np.tanh(t) + 1)
-    np.tanh(t, out=t)
-    np.add(t, 1, out=t)
-    return np.multiply(t, 0.5, out=t)
-
-
-# The fusable ops, by op name: a function that computes exactly what the op's kernel computes (the
-# same ufuncs, in the same order, so results are bit for bit the same) and takes ``out=``.
-# tests/unit/test_passes.py checks every entry against its op.
-ELEMENTWISE = {
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide,
-    "floordiv": np.floor_divide, "floormod": np.mod, "pow": np.power,
-    "maximum": np.maximum, "minimum": np.minimum,
-    "negative": np.negative, "abs": np.abs, "sign": np.sign, "square": np.square, "sqrt": np.sqrt,
-    "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
-    "equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
-    "greater": np.greater, "greater_equal": np.greater_equal,
-    "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_not": np.logical_not,
-    "relu": _relu, "sigmoid": _sigmoid, "relu_grad": _relu_grad,
-}
-
-
 def fuse_elementwise(nodes, fetches, feeds):
-    """Replace each group of connected elementwise nodes (``ELEMENTWISE``, on this CPU, on one
-    device) whose intermediate results are read only inside the group, and are not fetched, by
-    one node that computes the group's last value. Its kernel (``elementwise_kernel``) runs the
-    members' ufuncs in program order with ``out=`` into a buffer it allocated in this call, so a
-    chain of N ops allocates once instead of N times and skips N-1 kernel calls of the plan.
+    """Replace each group of connected elementwise nodes (``fusable``: ops with an
+    ``OpDef.elementwise`` form, on this CPU, on one device) whose intermediate results are read
+    only inside the group, and are not fetched, by one node that computes the group's last value.
+    Its kernel (``elementwise_kernel``) runs the members' ufuncs in program order with ``out=``
+    into a buffer it allocated in this call, so a chain of N ops allocates once instead of N times
+    and skips N-1 kernel calls of the plan.
     Safe because the members are pure and their values are seen by no one else: moving them to
     the last member's place changes nothing, the same ufuncs run in the same order (the same
     bits), the inputs are never written, and the result is a new array every call. The fused op
@@ -85,8 +53,9 @@ def fuse_elementwise(nodes, fetches, feeds):
 
 
 def fusable(node) -> bool:
-    name = node.op.name
-    return name in ELEMENTWISE and node.op is get_op(name) and not node.attrs and on_local_cpu(node)
+    """Whether ``node`` may join a fused group: its op has an elementwise form (the fused ops this
+    pass makes have none) and it has no attributes, on this CPU."""
+    return node.op.elementwise is not None and not node.attrs and on_local_cpu(node)
 
 
 def _grow(root, users, fetched, taken, position):
@@ -179,7 +148,7 @@ def elementwise_kernel(steps, inputs, donated=()):
             owned.add(f"t{j}")
     source = (f"def kernel({', '.join(f'x{k}' for k in range(len(inputs)))}):\n"
               + "\n".join(lines) + f"\n    return t{len(steps) - 1}\n")
-    namespace = {name: ELEMENTWISE[name] for name, *_ in steps}
+    namespace = {name: get_op(name).elementwise for name, *_ in steps}
     exec(compile(source, "<flowlab fused kernel>", "exec"), namespace)  # noqa: S102 - our own generated code
     kernel = namespace["kernel"]
     kernel.steps, kernel.source = list(steps), source

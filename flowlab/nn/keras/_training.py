@@ -32,7 +32,7 @@ from ...core.ops import array_ops
 from ...core.tensor import convert_to_tensor
 from ...data import INFINITE_CARDINALITY
 from . import _data, _distributed
-from ._eager import eager
+from ...core.interpreters import init_scope
 from .callbacks import BatchLogs, Callback, CallbackList, History, ModelCheckpoint, ProgbarLogger
 from .progress import ProgressBar
 
@@ -163,7 +163,7 @@ def _progress_mode(verbose):
 
 
 def _new_seed() -> int:
-    with eager():
+    with init_scope():
         return int(_random.uniform([], 0, 2**62, dtype=dtypes.int64).numpy())
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ...core import random as _random
 from ...core.dtypes import numpy_dtype
-from ._eager import eager
+from ...core.interpreters import init_scope
 
 __all__ = ["Initializer", "Zeros", "Ones", "Constant", "RandomNormal", "RandomUniform", "GlorotUniform",
            "GlorotNormal", "HeNormal", "HeUniform", "get"]
@@ -70,7 +70,7 @@ class _Random(Initializer):
 
     def _draw(self, kind, shape, dtype, **params):
         fn = {"normal": _random.normal, "uniform": _random.uniform, "truncated": _random.truncated_normal}[kind]
-        with eager():
+        with init_scope():
             return np.array(fn(tuple(shape), dtype=dtype, seed=self.seed, **params))
 
     def get_config(self):

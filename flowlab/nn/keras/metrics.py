@@ -12,7 +12,7 @@ from ...core import dtypes
 from ...core.ops import array_ops, math_ops, reduction_ops
 from ...core.tensor import Tensor, Variable, convert_to_tensor, variable_creator_scope
 from . import losses as _losses
-from ._eager import eager
+from ...core.interpreters import init_scope
 
 __all__ = ["Metric", "Mean", "MeanMetricWrapper", "Accuracy", "BinaryAccuracy", "CategoricalAccuracy",
            "SparseCategoricalAccuracy", "MeanSquaredError", "MeanAbsoluteError", "get"]
@@ -35,7 +35,7 @@ class Metric:
 
     def add_variable(self, name, shape=(), dtype=_F32):
         # a metric accumulates in the process that updates it: never mirrored, nor placed on a ps task
-        with eager(), variable_creator_scope(None):
+        with init_scope(), variable_creator_scope(None):
             v = Variable(np.zeros(shape, dtypes.numpy_dtype(dtype)), trainable=False, name=f"{self.name}/{name}")
         self._variables[name] = v
         return v

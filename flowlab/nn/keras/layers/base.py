@@ -22,7 +22,7 @@ from ....core.graph import Graph
 from ....core.ops import math_ops
 from ....core.tensor import Tensor, Variable, convert_to_tensor
 from .. import initializers
-from .._eager import eager
+from ....core.interpreters import init_scope
 
 __all__ = ["Layer", "InputLayer", "Input", "training_flag"]
 
@@ -193,7 +193,7 @@ class Layer:
     def add_weight(self, name, shape, initializer="glorot_uniform", trainable=True, dtype=None):
         """Create a Variable of ``shape``, initialized now, tracked under ``name``."""
         dtype = dtypes.as_dtype(dtype or self._dtype)
-        with eager():
+        with init_scope():
             value = initializers.get(initializer)(tuple(int(d) for d in shape), dtype.name)
             var = Variable(np.asarray(value, dtype=dtype.as_numpy_dtype), trainable=trainable,
                            name=f"{self.name}/{name}")
@@ -209,7 +209,7 @@ class Layer:
         self.built = True
 
     def _build_on_call(self, input_shape):
-        with eager():
+        with init_scope():
             self.build(input_shape)
 
     def call(self, inputs, *args, **kwargs):
