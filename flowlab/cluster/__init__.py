@@ -6,7 +6,7 @@
 2
 
 Importing this package is light: it never imports pyzmq or numpy (the transport is loaded when a
-server or cluster starts), so ``flowlab.data`` and others can use the event log freely. Each public
+server or cluster starts). Each public
 name below is imported from its module on first use.
 
 - :mod:`.spec`: ``ClusterSpec``, ``config_from_env`` (``FLOWLAB_CONFIG``)

@@ -29,7 +29,7 @@ import threading
 import traceback
 import weakref
 
-from ..cluster.events import now
+from ..core.events import now
 from ..core.errors import OpError
 
 __all__ = ["PipelineError", "PrefetchIterator", "ParallelMapIterator", "RemoteCallError", "call_failed",

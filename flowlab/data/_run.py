@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from ..cluster.events import now
+from ..core.events import now
 from ._parallel import close_iterator
 from .autotune import Budget
 from .options import Options, ram_budget, usable_cores

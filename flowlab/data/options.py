@@ -81,7 +81,7 @@ class StatsOptions(_Group):
     """``enabled`` (default True): every stage counts its elements, produce and wait times (read them
     with ``dataset.stats()``). ``events`` (default True): also record one event per element and stage
     (kinds "produce" and "wait") for a timeline. ``log``: the ``EventLog`` to record into (None: the
-    process's ``flowlab.cluster.events.default_log()``). AUTOTUNE decisions are always recorded."""
+    process's ``flowlab.core.events.default_log()``). AUTOTUNE decisions are always recorded."""
     _fields = {"enabled": True, "events": True, "log": None}
 
 

@@ -4,7 +4,7 @@ Every iteration of a dataset (``iter(ds)``, a ``for`` loop, ``fit``) gets a ``Pi
 ``StageRecorder`` per stage, named by kind and position from the source up: ``range#0``, ``map#1``,
 ``batch#2``, ``prefetch#3``. ``dataset.stats()`` returns the stats of the dataset's latest iteration.
 
-Events (``flowlab.cluster.events.Event``; attrs always hold ``pipeline``, the run's id):
+Events (``flowlab.core.events.Event``; attrs always hold ``pipeline``, the run's id):
 
 ``produce``   a stage made one element. A sequential stage (batch, filter...) records its whole
               ``next()`` call, so its bars contain the bars of the stages it pulls from, like a call
@@ -40,7 +40,7 @@ import itertools
 import threading
 from typing import NamedTuple
 
-from ..cluster.events import Event, default_log, now
+from ..core.events import Event, default_log, now
 
 __all__ = ["PipelineStats", "StageRecorder", "Decision"]
 
