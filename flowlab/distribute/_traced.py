@@ -10,12 +10,13 @@ gradient all-reduce is added to the graph:
 
 - over the local replicas: for each variable, the sum of the replicas' gradients, in replica
   order, as ``add`` nodes on the first replica's device (the CPU for CentralStorageStrategy);
-- over the worker processes (MultiWorkerMirroredStrategy): one stateful ``strategy_allreduce``
-  node whose kernel, each time the graph runs, concatenates the gradients and calls
-  ``flowlab.cluster.collectives.allreduce`` over the strategy's communicator, the same call the
-  eager path makes (so the bits are the same); the parts are then cut back out with ``getitem`` and
-  ``reshape`` nodes. A failed collective (a peer gone, a deadline passed) raises the same
-  ``CollectiveError`` as eagerly, naming the missing ranks, the op and its sequence number.
+- over the worker processes (MultiWorkerMirroredStrategy): the gradients, cast to their common
+  dtype, flattened and concatenated, go through one ``allreduce`` node, the collective op of core's
+  table (flowlab/cluster/collectives/ops.py) that ``flowlab.cluster.collectives.allreduce`` runs
+  eagerly on Tensors (so the bits are the same), over the strategy's communicator; the parts are
+  then cut back out with ``getitem`` and ``reshape`` nodes. A failed collective (a peer gone, a
+  deadline passed) raises the same ``CollectiveError`` as eagerly, naming the missing ranks, the
+  op and its sequence number, with a note saying which strategy's step it was.
 
 The variables are shared by the local replicas, so the update (the optimizer's own graph nodes)
 is added once, with the summed gradients, as the eager path applies it once per process.
@@ -28,73 +29,36 @@ a replica other than the last (that read would come before the update in the gra
 comes after): both raise an error that says what to do instead. The usual step, which computes
 the loss and gradients, applies them and returns the loss, traces as it runs eagerly.
 
-The same node (:func:`cross_process_reduce`) carries ``flowlab.horovod``'s collectives: the
-gradient average of ``DistributedOptimizer`` and ``DistributedGradientTape`` (added when traced:
-``Model.fit``'s step, any ``@fl.function``, a compat.v1 graph; the same ops eagerly otherwise),
-``hvd.allreduce``, and, with ``op="broadcast"``/``"allgather"``, ``hvd.broadcast_variables``,
-``hvd.broadcast`` and ``hvd.allgather`` (:func:`cross_process_gather`).
-
-``strategy_allreduce`` is an :class:`~flowlab.core.execute.OpDef` kept here, not in the op table
-(``fl.core.list_ops()``): the op-coverage tests walk that table and a collective cannot run in one
-process without peers. It is stateful, so graph passes never fold, merge, drop or reorder it: every
-worker runs its collectives in the order it traced them.
+The same ops carry ``flowlab.horovod``'s collectives on tensors (:func:`cross_process_reduce`,
+:func:`cross_process_gather`): the gradient average of ``DistributedOptimizer`` and
+``DistributedGradientTape``, ``hvd.allreduce``, ``hvd.broadcast_variables``, ``hvd.broadcast`` and
+``hvd.allgather``; eagerly they run now, while traced (``Model.fit``'s step, any ``@fl.function``,
+a compat.v1 graph) they are nodes. The collective ops are stateful, so graph passes never fold,
+merge, drop or reorder them: every worker runs its collectives in the order it traced them.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..cluster.collectives.ops import ALLGATHER, ALLREDUCE, BROADCAST, attrs_for
 from ..core._context import state
-from ..core.execute import OpDef, execute
+from ..core.execute import execute
 from .reduce_op import ReduceOp
 from .values import PerReplica
 
-__all__ = ["TraceStep", "run_traced", "reduce_traced", "cross_process_reduce", "cross_process_gather", "ALLREDUCE"]
+__all__ = ["TraceStep", "run_traced", "reduce_traced", "cross_process_reduce", "cross_process_gather"]
 
 
-# -- the collective as a graph op --------------------------------------------------------------------
-# The node's ``group`` attribute is what reduces across processes: a strategy (MultiWorkerMirrored),
-# or the ranks of flowlab.horovod (its DistributedOptimizer, eager or traced). It gives
-# ``_comm`` (a communicator; read each time the node runs), ``_algorithm`` and ``_timeout``; a group
-# that is not a strategy also gives ``_collective_note()``, which says where the all-reduce is.
-def _allreduce_kernel(*arrays, group, op="sum", root=0):
-    """``op`` over ``group``'s processes of the flat concatenation of ``arrays`` (in their common
-    dtype): a reduction ("sum", "mean", "max", "min", "prod"), or "broadcast" (rank ``root``'s
-    values); "allgather" takes one array and concatenates every process's along its first axis."""
-    from ..cluster import collectives
-    comm = group._comm
-    try:
-        if op == "allgather":
-            return collectives.allgather(np.asarray(arrays[0]), comm=comm, algorithm=group._algorithm,
-                                         timeout=group._timeout)
-        dtype = np.result_type(*arrays)
-        flat = np.concatenate([np.asarray(a).astype(dtype, copy=False).ravel() for a in arrays]) if len(arrays) > 1 \
-            else np.asarray(arrays[0]).astype(dtype, copy=False).ravel()
-        if op == "broadcast":
-            return collectives.broadcast(flat, root=root, comm=comm, algorithm=group._algorithm, timeout=group._timeout)
-        return collectives.allreduce(flat, op=op, comm=comm, algorithm=group._algorithm, timeout=group._timeout)
-    except collectives.CollectiveError as e:
-        raise _as_op_error(e, group) from None
-
-
-_PASSING: dict = {}
-
-
-def _as_op_error(error, group):
-    """``error`` (a CollectiveError naming the op, call and missing ranks), made an instance of a
-    class that is both its own class and an OpError: a graph plan lets OpErrors through unchanged (it
-    would wrap anything else in an InvalidArgumentError), so the caller still catches the same
-    CollectiveTimeoutError, PeerLostError... with the same attributes."""
-    from ..core.errors import OpError
-    base = type(error)
-    cls = _PASSING.get(base)
-    if cls is None:
-        cls = _PASSING[base] = type(base.__name__, (base, OpError), {"__module__": base.__module__})
-    out = error
-    out.__class__ = cls          # the same object, with the same attributes: only its class gains OpError
-    out.source = None
-    if hasattr(out, "add_note"):
-        out.add_note(f"({_note(group)})")
-    return out
+# -- the collectives of a group ------------------------------------------------------------------------
+# ``group`` is what reduces across processes: a strategy (MultiWorkerMirrored), or the ranks of
+# flowlab.horovod (its DistributedOptimizer, eager or traced). It gives ``_comm`` (a communicator),
+# or ``_comm_source`` (a function giving one, called each time the op runs: hvd.init may be called
+# again), ``_algorithm`` and ``_timeout``; a group that is not a strategy also gives
+# ``_collective_note()``, which says where the collective is in a failing call's error.
+def _attrs(group, **more):
+    source = getattr(group, "_comm_source", None)
+    return attrs_for(source if source is not None else group._comm, group._algorithm, group._timeout,
+                     lambda: _note(group), **more)
 
 
 def _note(group) -> str:
@@ -105,31 +69,25 @@ def _note(group) -> str:
             f"{group.worker_index} of {group.num_workers}")
 
 
-def _allreduce_rule(*specs, group, op="sum", root=0):
-    if op == "allgather":       # the other processes' first dimensions are known when it runs
-        return (None, *tuple(specs[0].shape)[1:]), np.dtype(_np_dtype(specs[0].dtype))
-    sizes = [int(np.prod(s.shape)) if all(d is not None for d in s.shape) else None for s in specs]
-    dtype = np.result_type(*[np.dtype(_np_dtype(s.dtype)) for s in specs])
-    return ((None if None in sizes else sum(sizes)),), dtype
-
-
-def _np_dtype(dtype):
-    return getattr(dtype, "as_numpy_dtype", dtype)
-
-
-ALLREDUCE = OpDef("strategy_allreduce", _allreduce_kernel, _allreduce_rule, stateful=True,
-                  doc="The sum (or mean, max, min, prod; or root's value: broadcast) over the processes of a "
-                      "MultiWorkerMirroredStrategy, or of flowlab.horovod's ranks, of its inputs, concatenated "
-                      "flat; or their allgather (a collective: every process's graph runs it, in the same order).")
+def _flat(tensors):
+    """``tensors`` in their common dtype, flattened and concatenated (one tensor: just flattened)."""
+    import flowlab as fl
+    dtype = np.result_type(*[t.dtype.as_numpy_dtype for t in tensors])
+    flat = [fl.reshape(t if t.dtype.as_numpy_dtype == dtype else fl.cast(t, dtype), [-1]) for t in tensors]
+    return flat[0] if len(flat) == 1 else fl.concat(flat, 0)
 
 
 def cross_process_reduce(group, tensors, op="sum", root=0):
     """``tensors`` reduced with ``op`` ("sum", "mean", "max", "min", "prod") over ``group``'s
     processes, or ``op="broadcast"``: process ``root``'s values; each back in its own shape and
-    dtype: one ALLREDUCE node and the ``reshape`` (and ``cast``) nodes that cut the parts back out
-    while ``@fl.function`` traces (or a compat.v1 graph is built); run at once, the same ops
-    eagerly. Give tensors of one dtype where exact bits matter (the parts travel in their common
-    dtype)."""
+    dtype: one ``allreduce`` (or ``broadcast``) op on their flat concatenation, and the ``reshape``
+    (and ``cast``) ops that cut the parts back out: graph nodes while ``@fl.function`` traces (or a
+    compat.v1 graph is built), run at once otherwise. Give tensors of one dtype where exact bits
+    matter (the parts travel in their common dtype)."""
+    if len(tensors) == 1:            # the op keeps the shape: nothing to flatten or cut out
+        if op == "broadcast":
+            return [execute(BROADCAST, (tensors[0],), _attrs(group, root=int(root)))]
+        return [execute(ALLREDUCE, (tensors[0],), _attrs(group, op=op))]
     import flowlab as fl
     shapes = []
     for t in tensors:
@@ -138,8 +96,10 @@ def cross_process_reduce(group, tensors, op="sum", root=0):
             raise ValueError(f"{_note(group)}: a value all-reduced inside @fl.function needs a "
                              f"static shape, got {list(shape)}")
         shapes.append(shape)
-    attrs = {"group": group, "op": op, "root": int(root)} if op == "broadcast" else {"group": group, "op": op}
-    flat = execute(ALLREDUCE, tuple(tensors), attrs)
+    if op == "broadcast":
+        flat = execute(BROADCAST, (_flat(tensors),), _attrs(group, root=int(root)))
+    else:
+        flat = execute(ALLREDUCE, (_flat(tensors),), _attrs(group, op=op))
     out, at = [], 0
     for t, shape in zip(tensors, shapes):
         size = int(np.prod(shape, dtype=np.int64))
@@ -153,9 +113,8 @@ def cross_process_reduce(group, tensors, op="sum", root=0):
 
 def cross_process_gather(group, tensor):
     """Every process's ``tensor`` of ``group``, concatenated along the first axis in process order
-    (all processes give the same shape): one ALLREDUCE node with ``op="allgather"`` while tracing,
-    the same op eagerly. The result's first dimension is unknown while tracing."""
-    return execute(ALLREDUCE, (tensor,), {"group": group, "op": "allgather"})
+    (all processes give the same shape): the ``allgather`` op."""
+    return execute(ALLGATHER, (tensor,), _attrs(group))
 
 
 # -- run --------------------------------------------------------------------------------------------
@@ -304,8 +263,8 @@ def reduce_traced(strategy, reduce_op, value, axis):
             if any(d is None for d in total.shape):
                 raise ValueError(f"strategy.reduce inside @fl.function needs a value of static shape, got "
                                  f"{list(total.shape)}")
-            both = execute(ALLREDUCE, (fl.reshape(fl.cast(total, fl.float64), [-1]), fl.reshape(count, [1])),
-                           {"group": strategy})
+            both = execute(ALLREDUCE, (_flat([fl.cast(total, fl.float64), fl.reshape(count, [1])]),),
+                           _attrs(strategy, op="sum"))
             size = int(np.prod(tuple(total.shape), dtype=np.int64))
             total = fl.cast(fl.reshape(both[:size], tuple(total.shape)), total.dtype)
             count = both[size]

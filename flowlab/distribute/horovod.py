@@ -13,15 +13,15 @@ a LocalCluster worker (``cluster.run(fn)``) or under ``flowlab run -np N``, MPI'
 With Keras (``import flowlab.horovod.keras as hvd`` gives the same names): wrap the optimizer
 in :func:`DistributedOptimizer` and pass ``callbacks.BroadcastGlobalVariablesCallback(0)`` (and
 ``callbacks.MetricAverageCallback()``) to ``fit``. ``fit`` traces its step as usual: the gradient
-average is then one all-reduce node of the step's graph, the node MultiWorkerMirroredStrategy's
-traced step uses (flowlab/distribute/_traced.py).
+average is then one ``allreduce`` node of the step's graph, the collective op of core's table
+that MultiWorkerMirroredStrategy's traced step uses (flowlab/cluster/collectives/ops.py).
 
 In a custom TF2 loop: wrap the tape, ``tape = hvd.DistributedGradientTape(tape)``, so that
 ``tape.gradient(...)`` returns averaged gradients, and call ``hvd.broadcast_variables(...)`` after the
 first step (inside ``@fl.function`` too, under a Python flag). ``hvd.allreduce``, ``hvd.allgather``
 and ``hvd.broadcast`` also work on tensors inside ``@fl.function``. Every collective on tensors is
-the one all-reduce graph node of flowlab/distribute/_traced.py (``cross_process_reduce``) while
-tracing or building a compat.v1 graph. TF1 graphs: see :mod:`flowlab.horovod.graph`.
+one of those ops (through ``cross_process_reduce`` of flowlab/distribute/_traced.py): run now
+eagerly, a graph node while tracing or building a compat.v1 graph. TF1 graphs: see :mod:`flowlab.horovod.graph`.
 
 Learning rate: each step now averages the gradients of ``size()`` batches, so the effective batch
 is ``size()`` times larger. The usual convention (as in Horovod's own examples) is to scale the
@@ -195,21 +195,21 @@ def join(device=-1) -> int:
 
 # -- collectives on tensors: eagerly, or as nodes of a traced (or compat.v1) graph ----------------
 def _graph_of(tensor):
-    """The graph ``tensor`` belongs to, when collectives on it must be graph nodes: while
-    ``@fl.function`` traces, or for a compat.v1 graph tensor; None eagerly."""
-    from ..core._context import state
+    """The graph ops on ``tensor`` must be added to: the one being built (``@fl.function`` tracing,
+    ``with g.as_default():``), or a compat.v1 graph tensor's own; None when they run now."""
+    from ..core import current_graph
     from ..core.graph import GraphTensor
-    graph = state().graph
+    graph = current_graph()
     if graph is not None:
         return graph
     return tensor.graph if isinstance(tensor, GraphTensor) else None
 
 
 def _building(graph):
-    """Add nodes to ``graph`` (made the default graph if it is not already)."""
+    """Add ops to ``graph`` (made the default graph if it is not already); None: run them now."""
     import contextlib
-    from ..core._context import state
-    return contextlib.nullcontext() if state().graph is graph else graph.as_default()
+    from ..core import current_graph
+    return contextlib.nullcontext() if graph is None or current_graph() is graph else graph.as_default()
 
 
 def _as_tensor(tensor, what):
@@ -244,18 +244,14 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     if graph is None and not _is_tensor(tensor) and prescale_factor == 1.0 and postscale_factor == 1.0 \
             and compression in (None, Compression.none):     # numpy arrays and numbers keep their type
         return _collectives().allreduce(tensor, op=_REDUCTIONS[op], comm=_group())
-    with _building(graph) if graph is not None else _nothing():
+    with _building(graph):
         t = _as_tensor(tensor, "hvd.allreduce")
         if prescale_factor != 1.0:
             t = t * prescale_factor
         compression = compression or Compression.none
         packed, ctx = compression.compress(t)
-        if graph is None:        # eagerly: the collectives' own call (differentiable on a GradientTape)
-            out = _collectives().allreduce(packed, op=_REDUCTIONS[op], comm=_group())
-        elif _group().size == 1:
-            out = packed
-        else:
-            out = _cross_process_reduce(_Ranks("hvd.allreduce"), [packed], _REDUCTIONS[op])[0]
+        # the allreduce op (differentiable on a GradientTape; a node while traced)
+        out = _cross_process_reduce(_Ranks("hvd.allreduce"), [packed], _REDUCTIONS[op])[0]
         out = compression.decompress(out, ctx)
         if postscale_factor != 1.0:
             out = out * postscale_factor
@@ -267,7 +263,7 @@ def allgather(tensor, name=None, ignore_name_scope=False):
     ``@fl.function``: a graph node). Every rank gives the same shape here (Horovod also allows
     first dimensions that differ)."""
     graph = _graph_of(tensor)
-    if graph is None:
+    if graph is None and not _is_tensor(tensor):     # numpy arrays and numbers keep their type
         return _collectives().allgather(tensor, comm=_group())
     with _building(graph):
         t = _as_tensor(tensor, "hvd.allgather")
@@ -279,12 +275,10 @@ def broadcast(tensor, root_rank: int = 0, name=None, ignore_name_scope=False):
     """Rank ``root_rank``'s ``tensor`` on every rank (inside ``@fl.function``: a graph node)."""
     _check_root(root_rank, "hvd.broadcast")
     graph = _graph_of(tensor)
-    if graph is None:
+    if graph is None and not _is_tensor(tensor):     # numpy arrays and numbers keep their type
         return _collectives().broadcast(tensor, root=root_rank, comm=_group())
     with _building(graph):
         t = _as_tensor(tensor, "hvd.broadcast")
-        if _group().size == 1:
-            return t
         return _cross_process_reduce(_Ranks("hvd.broadcast"), [t], "broadcast", root_rank)[0]
 
 
@@ -307,16 +301,16 @@ def broadcast_variables(variables, root_rank: int = 0):
                             f"({v!r}); pass model.variables or optimizer.variables()")
     if not variables or _group().size == 1:
         return None
-    from ..core._context import state
+    from ..core import current_graph
     from ..core.graph import Graph
-    graph = state().graph
+    graph = current_graph()
     if graph is None and isinstance(getattr(variables[0], "graph", None), Graph):
         graph = variables[0].graph                  # compat.v1 variables: nodes of their graph
     by_dtype: dict = {}
     for v in variables:
         by_dtype.setdefault(v.dtype, []).append(v)
     group = _Ranks("hvd.broadcast_variables")
-    with _building(graph) if graph is not None else _nothing():
+    with _building(graph):
         for same in by_dtype.values():
             values = [v.read_value() for v in same]
             for v, new in zip(same, _cross_process_reduce(group, values, "broadcast", root_rank)):
@@ -333,11 +327,6 @@ def _check_root(root_rank, what):
 def _is_tensor(x) -> bool:
     from ..core.tensor import Tensor
     return isinstance(x, Tensor)
-
-
-def _nothing():
-    import contextlib
-    return contextlib.nullcontext()
 
 
 def _cross_process_reduce(group, tensors, op, root=0):
@@ -358,6 +347,7 @@ class _Ranks:
 
     _algorithm = "ring"
     _timeout = None
+    _comm_source = staticmethod(_group)      # looked up each time the collective runs
 
     def __init__(self, where):
         self._where = where
@@ -420,7 +410,7 @@ def _reduce_gradients(grads, op, compression, group):
     if not live:
         return out
     graph = _graph_of(out[live[0]])
-    with _building(graph) if graph is not None else _nothing():
+    with _building(graph):
         from ..core.tensor import convert_to_tensor
         packed = [compression.compress(convert_to_tensor(out[i])) for i in live]
         reduced = _cross_process_reduce(group, [t for t, _ in packed], "mean" if op == Average else "sum")

@@ -38,7 +38,7 @@ def _train(traced, seed=1, epochs=3):
     if traced:
         (concrete,) = train_step._cache.values()
         info = (train_step.experimental_get_tracing_count(),
-                [n.op.name for n in concrete.graph.nodes if n.op.name == "strategy_allreduce"])
+                [n.op.name for n in concrete.graph.nodes if n.op.name == "allreduce"])
     return strategy.num_replicas_in_sync, [v.numpy() for v in variables], losses, info
 
 
@@ -56,7 +56,7 @@ def test_traced_multi_worker_loop_matches_eager_and_one_process(n):
         assert replicas == n
         traces, collectives = info
         assert traces == 1                              # six steps, one trace
-        assert collectives == ["strategy_allreduce"] * 2   # the gradients' and the loss's
+        assert collectives == ["allreduce"] * 2   # the gradients' and the loss's
         for t, e, r in zip(traced, eager, ref):
             np.testing.assert_array_equal(t, e)         # the same collective on the same arrays: same bits
             np.testing.assert_allclose(t, r, rtol=2e-5, atol=2e-6)

@@ -62,7 +62,7 @@ def test_traced_distributed_optimizer_is_one_allreduce_node_with_the_eager_bits(
     with LocalGroup(n) as group:
         traced = group.run(lambda comm: _train(True))
     for (we, _), (wt, names) in zip(eager, traced):
-        assert names.count("strategy_allreduce") == 1
+        assert names.count("allreduce") == 1
         for a, b in zip(we, wt):
             np.testing.assert_array_equal(a, b)
     # and both equal one process on the whole batch

@@ -262,7 +262,7 @@ def test_placeholder_rule():
 
 
 def test_every_op_has_a_case():
-    ops = set(fl.core.list_ops()) - NOT_RUN
+    ops = {n for n in fl.core.list_ops() if not fl.core.get_op(n).peers} - NOT_RUN   # collectives: test_collectives_ops.py
     assert ops - _op_names() == set(), "ops without a shape-rule case: add one to CASES"
     assert _op_names() - ops == set(), "CASES names ops that are not in the table"
 

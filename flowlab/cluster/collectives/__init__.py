@@ -14,7 +14,7 @@ from .api import ALGORITHMS, allgather, allreduce, barrier, broadcast, reduce_sc
 from ._exchange import default_timeout, set_default_timeout  # noqa: F401
 from .cost import (AlphaBeta, algbw, busbw, busbw_factor, bytes_on_busiest_link,  # noqa: F401
                    fit_alpha_beta, predict)
-from .comm import Communicator, PeerGone, SelfCommunicator, current, scoped, set_default, use  # noqa: F401
+from .comm import SELECTORS, Communicator, PeerGone, SelfCommunicator, current, scoped, set_default, use  # noqa: F401
 from .errors import (CollectiveError, CollectiveMismatchError, CollectiveTimeoutError,  # noqa: F401
                      PeerLostError)
 from .local import LocalCommunicator, LocalGroup  # noqa: F401
@@ -34,6 +34,6 @@ def __getattr__(name):
 # MPICommunicator is left out of __all__ on purpose: `import *` must not import mpi4py.
 __all__ = ["allreduce", "broadcast", "allgather", "reduce_scatter", "barrier", "ALGORITHMS", "REDUCTIONS",
            "Communicator", "PeerGone", "SelfCommunicator", "LocalGroup", "LocalCommunicator",
-           "current", "scoped", "use", "set_default", "default_timeout", "set_default_timeout",
+           "current", "scoped", "use", "set_default", "SELECTORS", "default_timeout", "set_default_timeout",
            "CollectiveError", "CollectiveTimeoutError", "PeerLostError", "CollectiveMismatchError",
            "predict", "bytes_on_busiest_link", "busbw", "busbw_factor", "algbw", "AlphaBeta", "fit_alpha_beta"]

@@ -46,11 +46,9 @@ that large messages are cut into for pipelining; ``formed`` False with a method
 ``form(timeout, op, seq)``, for a transport that connects its group on first use: every
 collective calls it first, within its own deadline (the cluster's transport, :mod:`.zmq`).
 
-Which communicator a collective uses when none is passed: the one made current in this thread
-by :func:`use` (``LocalGroup.run`` does this), else the process default set by
-:func:`set_default`, else, in a task of a cluster (a LocalCluster worker, a rank of ``flowlab
-run``), the ZeroMQ communicator among the tasks of its job (:mod:`.zmq`), else MPI's world when this process was started
-by ``mpiexec`` with more than one rank, else a group of one (this process alone).
+Which communicator a collective uses when none is passed (:func:`current`): the first answer
+of the selectors in ``SELECTORS``, tried in order (each a small function: "does this apply here?
+then this communicator, else None"; see the list below).
 """
 from __future__ import annotations
 
@@ -62,7 +60,8 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Communicator", "PeerGone", "SelfCommunicator", "current", "use", "set_default"]
+__all__ = ["Communicator", "PeerGone", "SelfCommunicator", "SELECTORS", "current", "scoped", "use",
+           "set_default"]
 
 
 class PeerGone(ConnectionError):
@@ -151,25 +150,64 @@ def set_default(comm: Communicator | None) -> None:
         _default = comm
 
 
-def current() -> Communicator:
-    """The communicator a collective uses when it is given none (see the module docstring)."""
+# -- the selectors, in the order current() tries them ------------------------------------------------
+def _thread_scope():
+    """1. Threads: the communicator of this thread's innermost :func:`use` (a ``LocalGroup`` rank)."""
     stack = _local.stack
-    if stack:
-        return stack[-1]
-    if _default is not None:
-        return _default
+    return stack[-1] if stack else None
+
+
+def _process_default():
+    """2. The process default from :func:`set_default` (``hvd.init(comm)``, a test's fixture)."""
+    return _default
+
+
+def _cluster_task():
+    """3. Shared memory and ZeroMQ: in a task of a cluster (a LocalCluster worker, a rank of ``flowlab
+    run``), the communicator among the tasks of its job (:mod:`.zmq`; each pair of ranks takes shared
+    memory on one host, ZeroMQ otherwise). Not when ``FLOWLAB_COMM`` is ``self`` or ``mpi``."""
     mod = sys.modules.get("flowlab.cluster.server")
-    if mod is not None:
-        srv = mod.current_server()
-        last = _last_cluster
-        if srv is not None and srv is last[0] and srv.spec is last[1] and not last[2]._closed:
-            return last[2]      # the same task and layout as last time (FLOWLAB_COMM read then)
+    if mod is None:
+        return None
+    srv = mod.current_server()
+    last = _last_cluster
+    if srv is not None and srv is last[0] and srv.spec is last[1] and not last[2]._closed:
+        return last[2]      # the same task and layout as last time (FLOWLAB_COMM read then)
     srv = _cluster_server()
-    if srv is not None:
-        from .zmq import for_server
-        comm = for_server(srv, formed=False)    # the first collective forms it, by its own deadline
-        _last_cluster[:] = [srv, srv.spec, comm]
-        return comm
+    if srv is None:
+        return None
+    from .zmq import for_server
+    comm = for_server(srv, formed=False)    # the first collective forms it, by its own deadline
+    _last_cluster[:] = [srv, srv.spec, comm]
+    return comm
+
+
+def _mpi_world():
+    """4. MPI: MPI's world, when ``mpiexec`` started this process with several ranks (or
+    ``FLOWLAB_COMM=mpi``). Decided once per process."""
+    world = _world_comm if _world_comm is not None else _decide_world()
+    return None if isinstance(world, SelfCommunicator) else world
+
+
+def _group_of_one():
+    """5. Otherwise a group of one: this process alone (also with ``FLOWLAB_COMM=self``)."""
+    return _world_comm if _world_comm is not None else _decide_world()
+
+
+SELECTORS = (_thread_scope, _process_default, _cluster_task, _mpi_world, _group_of_one)
+
+
+def current() -> Communicator:
+    """The communicator a collective uses when it is given none: the first of ``SELECTORS`` that
+    answers (the last always does)."""
+    for select in SELECTORS:
+        comm = select()
+        if comm is not None:
+            return comm
+    raise AssertionError("the last selector always answers")
+
+
+def _decide_world() -> Communicator:
     global _world_comm
     with _default_lock:
         if _world_comm is None:
