@@ -29,9 +29,9 @@ from ..core.errors import InvalidArgumentError, did_you_mean
 from .errors import ClusterError, ClusterTimeoutError, RemoteError
 from .protocol import dumps, new_id
 from .spec import ClusterSpec, parse_task, task_name
-from .task_exec import SHARED, VarRef
+from .task_exec import SHARED, VarRef, split_device
 
-__all__ = ["connect", "Connection", "PartitionedPlan", "task_of"]
+__all__ = ["connect", "Connection", "PartitionedPlan", "StagedPlan", "task_of"]
 
 _VAR_PREFIX = f"{os.getpid()}-{os.urandom(3).hex()}"
 RUN_TIMEOUT = 300.0      # seconds a run may take when no liveness monitor watches the tasks
@@ -57,11 +57,13 @@ def _normalise_target(target: str) -> str:
 class Connection:
     """A client to every task of a cluster, and which task is the master (the target's)."""
 
-    def __init__(self, client, spec: ClusterSpec, master: str, owned: bool, monitored: bool, pending=None):
+    def __init__(self, client, spec: ClusterSpec, master: str, owned: bool, monitored: bool, pending=None,
+                 tasks=None):
         self.client, self.spec, self.master, self.owned = client, spec, master, owned
         self.timeout = None if monitored else RUN_TIMEOUT
-        self.tasks = set(spec.tasks())
+        self.tasks = tasks if tasks is not None else set(spec.tasks())   # a set its owner may grow
         self._pending = dict(pending or {})   # task -> address: not connected to until a graph needs it
+        self.closed = False
 
     def ensure(self, tasks, timeout: float = 10.0) -> None:
         """Connect to those of ``tasks`` not reached yet (a graph's tasks, when it is first planned):
@@ -78,11 +80,12 @@ class Connection:
             del self._pending[task]
 
     def close(self):
+        self.closed = True
         if self.owned:
             self.client.close()
 
-    def plan(self, graph, fetches, feeds, soft: bool = False) -> "PartitionedPlan":
-        return PartitionedPlan(self, graph, fetches, feeds, soft)
+    def plan(self, graph, fetches, feeds, soft: bool = False, placement=None, also=()) -> "PartitionedPlan":
+        return PartitionedPlan(self, graph, fetches, feeds, soft, placement, also)
 
 
 def connect(target: str, timeout: float = 10.0) -> Connection:
@@ -163,17 +166,19 @@ def _wire_attrs(attrs):
 
 class PartitionedPlan:
     """The per-task partitions that compute ``fetches`` from ``feeds``; call it with the fed arrays.
-    ``nodes``: the graph nodes it runs; ``partitions``: {task: [node names]} (for display)."""
+    ``nodes``: the graph nodes it runs; ``partitions``: {task: [node names]} (for display).
+    ``placement``: {node index: (task, device)}, where given (else :func:`task_of`); ``also``: nodes
+    to run for their effects though no fetch needs them."""
 
-    def __init__(self, conn: Connection, graph, fetches, feeds, soft=False):
+    def __init__(self, conn: Connection, graph, fetches, feeds, soft=False, placement=None, also=()):
         self.conn, self.graph, self.soft = conn, graph, soft
         self.fetches, self.feeds = list(fetches), list(feeds)
         fed = {id(t.node): i for i, t in enumerate(self.feeds)}
-        self.nodes = graph.nodes_for(self.fetches, self.feeds)
+        self.nodes = graph.nodes_for(self.fetches, self.feeds, also=also)
         where, entries, feeds_of, recvs = {}, {}, {}, set()
         self._position = {}       # node index -> its place in its task's partition
         for n in self.nodes:
-            task, dev = task_of(n, conn.master)
+            task, dev = placement[n.index] if placement is not None else task_of(n, conn.master)
             if task not in conn.tasks:
                 raise InvalidArgumentError(
                     f"node {n.name} (made at {n.source}) is placed on {task}, which this cluster does not have "
@@ -254,3 +259,92 @@ class PartitionedPlan:
 
     def __repr__(self):
         return self.pretty()
+
+
+class StagedPlan:
+    """A traced function's plan when some of its nodes are placed on a cluster's tasks (``@fl.function``
+    with ``fl.device("/job:worker/task:1")`` inside; core hands it over through
+    ``set_graph_partitioner``). The nodes run in stages, alternately here and on the tasks: a node
+    runs in the first stage of its side that comes after every stage it depends on (and, if it is
+    stateful, after the previous stateful node's, so side effects keep program order). A local stage
+    is core's compiled plan (``compile_plan``: the graph passes, generated code); a remote stage is a
+    :class:`PartitionedPlan`, the runner a cluster ``Session`` uses: every task runs its part at once,
+    with send/recv pairs between them. Values crossing stages come back here and are fed onwards. A
+    node that reads or updates a variable runs here, where the variable's value is. Usually that is
+    three stages (inputs here, the remote work, outputs here), and often just one remote stage.
+
+    ``connect(tasks)`` gives the :class:`Connection` of an open cluster that has ``tasks``; the
+    remote stages are planned on it on first call, and again if that cluster was closed."""
+
+    def __init__(self, graph, fetches, feeds, elsewhere, connect):
+        from ..core.executor import compile_plan
+
+        self.graph, self.fetches, self.feeds, self._connect = graph, list(fetches), list(feeds), connect
+        self.placement = {}
+        for index, device in elsewhere.items():
+            task, dev = split_device(device)
+            self.placement[index] = (task_name(*parse_task(task)), dev)
+        stateful = [n for n in graph.nodes if n.op.stateful]
+        nodes = graph.nodes_for(self.fetches, self.feeds, also=stateful)
+        stage, last_effect = {}, 0
+        for n in nodes:   # program order: every input's stage is known
+            s = max([stage.get(src.index, 0) for src in [t.node for t in n.inputs] + list(n.control_inputs)],
+                    default=0)
+            if n.op.stateful:
+                s = max(s, last_effect)
+            if (s % 2 == 1) != (n.index in self.placement):   # odd stages run on the cluster, even ones here
+                s += 1
+            if n.op.stateful:
+                last_effect = s
+            stage[n.index] = s
+        wanted = {t.node.index for t in self.fetches}
+        for n in nodes:   # a value a later stage reads is fetched by its own stage
+            for src in [t.node for t in n.inputs] + list(n.control_inputs):
+                if src.index in stage and stage[src.index] != stage[n.index]:
+                    wanted.add(src.index)
+        self.stages = []     # [(remote?, fed tensors, fetched tensors, effect nodes, plan or None)]
+        for k in sorted(set(stage.values())):
+            members = [n for n in nodes if stage[n.index] == k]
+            inside = {n.index for n in members}
+            feeds_in, seen = [], set()
+            for n in members:
+                for src in [t.node for t in n.inputs] + list(n.control_inputs):
+                    if src.index not in inside and src.index not in seen:
+                        seen.add(src.index)
+                        feeds_in.append(src.output)
+            outs = [n.output for n in members if n.index in wanted]
+            effects = [n for n in members if n.op.stateful and n.index not in wanted]
+            if k % 2:
+                self.stages.append((True, feeds_in, outs, effects, None))
+            else:   # here: core's runner, its effects fetched so that it runs them
+                plan = compile_plan(graph, outs + [n.output for n in effects], feeds_in, run_stateful=False)
+                self.stages.append((False, feeds_in, outs, effects, plan))
+        self._conn = None
+        self._remote_plans: list = []
+
+    def _bind(self):
+        conn = self._connect({task for task, _ in self.placement.values()})
+        plans = [conn.plan(self.graph, outs, feeds_in, placement=self.placement, also=effects)
+                 for remote, feeds_in, outs, effects, _ in self.stages if remote]
+        self._conn, self._remote_plans = conn, plans
+
+    def __call__(self, *arrays):
+        if self._conn is None or self._conn.closed:
+            self._bind()
+        env = {t.node.index: a for t, a in zip(self.feeds, arrays)}
+        remote_plans = iter(self._remote_plans)
+        for remote, feeds_in, outs, _, plan in self.stages:
+            results = (next(remote_plans) if remote else plan)(*[env[t.node.index] for t in feeds_in])
+            for t, value in zip(outs, results):
+                env[t.node.index] = value
+        return tuple(env[t.node.index] for t in self.fetches)
+
+    def pretty(self) -> str:
+        """The stages in order: each remote one as its tasks' partitions, each local one as its nodes."""
+        lines, remote_plans = [], iter(self._remote_plans)
+        for k, (remote, _, outs, effects, plan) in enumerate(self.stages):
+            lines.append(f"stage {k}: " + ("on the cluster" if remote else "here"))
+            part = next(remote_plans, None) if remote else None
+            body = part.pretty() if part is not None else "\n".join(n.name for n in plan.traced_nodes) if plan else ""
+            lines.extend("    " + line for line in body.splitlines())
+        return "\n".join(lines)

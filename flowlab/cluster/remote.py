@@ -27,11 +27,13 @@ import weakref
 import numpy as np
 
 from ..core import device as _device
+from ..core.function import set_graph_partitioner
 from ..core.backends import to_numpy
 from ..core.errors import InvalidArgumentError, did_you_mean, source_line
 from ..core.execute import describe, execute, op_error
 from ..core.tensor import Tensor, readonly_numpy
 from .errors import ClusterError, RemoteError
+from .partition import Connection, StagedPlan
 from .protocol import dumps
 from .spec import parse_task, task_name
 from .task_exec import split_device
@@ -71,6 +73,14 @@ class _Conn:
         self._prefix = f"r{os.getpid()}-{os.urandom(3).hex()}-"
         self._free: dict[str, list] = {}
         self._free_lock = threading.RLock()
+        self._partitions = None    # the partition.Connection traced functions' plans run on
+
+    def partitions(self) -> Connection:
+        """This cluster as graph partitions see it (made on first use; shares the client and tasks)."""
+        if self._partitions is None:
+            self._partitions = Connection(self.client, None, "/job:localhost/task:0", owned=False,
+                                          monitored=self.timeout is None, tasks=self.tasks)
+        return self._partitions
 
     def new_key(self) -> str:
         return f"{self._prefix}{next(self._ids)}"
@@ -106,6 +116,7 @@ def attach(client, tasks, name: str = "cluster") -> _Conn:
     with _lock:
         _conns.append(conn)
         _device.set_remote_runner(run_remote, RemoteTensor)
+        set_graph_partitioner(_staged_plan)
     return conn
 
 
@@ -113,10 +124,13 @@ def detach(conn: _Conn) -> None:
     """Forget a cluster (closed); with none left, remote placements raise RemoteDeviceError again."""
     with _lock:
         conn.open = False
+        if conn._partitions is not None:
+            conn._partitions.closed = True
         if conn in _conns:
             _conns.remove(conn)
         if not _conns:
             _device.set_remote_runner(None)
+            set_graph_partitioner(None)
 
 
 def connections() -> list:
@@ -132,6 +146,19 @@ def _conn_for(task, op_name) -> _Conn:
     raise _device.RemoteDeviceError(
         f"{op_name}: no open cluster has the task {task} (the open ones have {known}){did_you_mean(task, known)} "
         f"Check the job name and task number of the fl.device string" + (f"\n  at {where}" if where else ""))
+
+
+def _staged_plan(graph, fetches, feeds, elsewhere) -> StagedPlan:
+    """Core's graph partitioner while a cluster is open: a traced function with nodes on tasks."""
+    return StagedPlan(graph, fetches, feeds, elsewhere, _partition_connection)
+
+
+def _partition_connection(tasks) -> Connection:
+    for conn in reversed(_conns):
+        if tasks <= conn.tasks:
+            return conn.partitions()
+    task = sorted(tasks - {t for c in _conns for t in c.tasks} or tasks)[0]
+    return _conn_for(task, "a traced function").partitions()   # raises, naming the task
 
 
 class RemoteTensor(Tensor):

@@ -21,8 +21,9 @@ from .executor import compile_plan
 from .graph import Graph, GraphTensor
 from .execute import OpDef
 from .backends import device_of_array
+from .device import _HERE, RemoteDeviceError, _remote_message, resolve
 from .execute import _new
-from .execute import _record as record_on_tapes
+from .execute import record as record_on_tapes
 from .shape import TensorShape
 from .tape import GradientTape
 from .tensor import Tensor, Variable
@@ -138,6 +139,36 @@ def _structure_key(x):
     return _key_of(x)
 
 
+# -- traces that place ops on other tasks ------------------------------------------------------
+_partitioner = None    # set by a cluster while one is open: see set_graph_partitioner
+
+
+def set_graph_partitioner(partitioner) -> None:
+    """Let a cluster run traces with nodes on other tasks (core knows no cluster; ``set_remote_runner``
+    is the eager hook): ``partitioner(graph, fetches, feeds, {node index: device})`` returns
+    ``plan(*arrays) -> tuple of arrays``. ``None`` removes it: such traces raise RemoteDeviceError."""
+    global _partitioner
+    _partitioner = partitioner
+
+
+def _partitioned(graph, fetches, feeds):
+    """The plan of a trace with nodes on other tasks (the partitioner's, made on first call), or None
+    when it has none. A node that reads or updates a variable runs where its value is: here."""
+    elsewhere = {n.index: d for n in graph.nodes if n.device and "variable" not in n.attrs
+                 for d in [resolve(n.device, allow_remote=True)] if not d.startswith(_HERE)}
+    made = []
+
+    def run(*arrays):
+        if _partitioner is None:
+            node = graph.nodes[next(iter(elsewhere))]
+            raise RemoteDeviceError(f"{node.op.name} (node {node.name} of the traced function {graph.name}, made "
+                                    f"at {node.source}): " + _remote_message(elsewhere[node.index]))
+        if not made:
+            made.append(_partitioner(graph, fetches, feeds, elsewhere))
+        return made[0](*arrays)
+    return run if elsewhere else None
+
+
 class ConcreteFunction:
     """One trace: a graph with placeholders for the tensor arguments, and its compiled plan."""
 
@@ -150,7 +181,9 @@ class ConcreteFunction:
         self._flat_outputs = flat
         self.outputs = [flat[i] for i in self._out_positions]
         self._tensor_positions = tensor_positions
-        self._plan = compile_plan(graph, self.outputs, placeholders, run_stateful=True)
+        # decided once per trace: a trace with no node on another task keeps the compiled plan
+        self._plan = (_partitioned(graph, self.outputs, placeholders)
+                      or compile_plan(graph, self.outputs, placeholders, run_stateful=True))
         self._backward: dict = {}    # output position -> gradient rule, for tapes outside the function
         self._single = isinstance(outputs, GraphTensor)   # f returns one tensor: no structure to rebuild
 
