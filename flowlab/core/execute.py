@@ -225,7 +225,8 @@ def agreed_dtype(op, inputs):
     for i in group:
         x = inputs[i]
         if isinstance(x, Tensor):
-            d = numpy_dtype(x.dtype)
+            v = getattr(x, "_value", None)   # eager: its array's dtype; a graph tensor has no value
+            d = v.dtype if v is not None else numpy_dtype(x.dtype)
             if dtype is None:
                 dtype = d
             elif d != dtype:
