@@ -17,7 +17,7 @@ import functools
 import threading
 
 from ..core import graph as _core_graph
-from ..core._context import state
+from ..core.interpreters import current_graph
 from ..core.graph import GraphTensor, Node
 from ..core.tensor import Tensor
 from ..core.tensor import Variable as _CoreVariable
@@ -75,7 +75,7 @@ def _in_own_graph(dunder):
     """``Tensor.<dunder>`` (the op table's), with the object's graph made the default if none is."""
     def operator(self, *args):
         method = getattr(Tensor, dunder)   # looked up on each call: the op table owns it
-        if state().graph is not None:
+        if current_graph() is not None:
             return method(self, *args)
         with self.graph.as_default():
             return method(self, *args)
@@ -171,14 +171,14 @@ _process_default = Graph("default")
 def get_default_graph():
     """The graph ops are added to: the innermost ``with g.as_default():`` of this thread, else the
     process-wide default graph (TF1 always has one)."""
-    g = state().graph
+    g = current_graph()
     return g if g is not None else _process_default
 
 
 def reset_default_graph():
     """Replace the process-wide default graph by an empty one (tensors of the old graph stay in it)."""
     global _process_default
-    if state().graph is not None:
+    if current_graph() is not None:
         raise RuntimeError("reset_default_graph() was called inside `with graph.as_default():` (or a "
                            "session's `with` block); leave the block first, or make a new tf.Graph()")
     _process_default = Graph("default")
@@ -218,7 +218,7 @@ def graph_of(args, kwargs=None):
 
 def building(graph):
     """``graph.as_default()`` unless some graph already is the default (then add to that one)."""
-    return graph.as_default() if state().graph is None else contextlib.nullcontext(state().graph)
+    return graph.as_default() if current_graph() is None else contextlib.nullcontext(current_graph())
 
 
 def as_graph_value(graph, value):
@@ -235,7 +235,7 @@ def graph_function(fn, tf_name=None):
     always returns graph tensors, and names its result when given ``name=``."""
     @functools.wraps(fn)
     def build(*args, name=None, **kwargs):
-        graph = state().graph or graph_of(args, kwargs) or get_default_graph()
+        graph = current_graph() or graph_of(args, kwargs) or get_default_graph()
         with building(graph) as graph:
             out = as_graph_value(graph, fn(*args, **kwargs))
         if name and isinstance(out, GraphTensor):
@@ -289,13 +289,13 @@ def control_dependencies(control_inputs):
     ...         print(sess.run(after), sess.run(after))
     2.0 3.0
     """
-    graph = state().graph or get_default_graph()
+    graph = current_graph() or get_default_graph()
     if control_inputs is None:
         return graph.control_dependencies(None)
     nodes = []
     for x in control_inputs:
         nodes.extend(control_nodes(x))
-    graph = nodes[0].graph if nodes and state().graph is None else graph
+    graph = nodes[0].graph if nodes and current_graph() is None else graph
     return graph.control_dependencies(nodes)
 
 
@@ -337,7 +337,7 @@ def group(*inputs, name=None):
     for x in inputs:
         for item in (x if isinstance(x, (list, tuple)) else [x]):
             tensors.extend(t for t in _fetchables(item) if not any(t is u for u in tensors))
-    graph = state().graph or graph_of(tensors) or get_default_graph()
+    graph = current_graph() or graph_of(tensors) or get_default_graph()
     for c in graph.current_control_inputs():   # made in a control_dependencies block: runs those too
         if not any(c.output is u for u in tensors):
             tensors.append(c.output)

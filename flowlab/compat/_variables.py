@@ -24,7 +24,7 @@ import numpy as np
 
 from ..core import dtypes as _dtypes
 from ..core import random as _random
-from ..core._context import state
+from ..core.interpreters import current_graph
 from ..core.device import current_device_spec, device, resolve
 from ..core.errors import OpError
 from ..core.execute import execute, get_op
@@ -72,7 +72,7 @@ class Variable(_CoreVariable):
                  caching_device=None, name=None, variable_def=None, dtype=None, **_unused):
         if initial_value is None:
             raise ValueError("tf.Variable needs an initial_value (a tensor, a value, or a callable returning one)")
-        graph = state().graph or (initial_value.graph if isinstance(initial_value, GraphTensor) else None) \
+        graph = current_graph() or (initial_value.graph if isinstance(initial_value, GraphTensor) else None) \
             or get_default_graph()
         info = graph_info(graph)
         from ._replica import variable_device

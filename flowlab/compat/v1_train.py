@@ -9,7 +9,7 @@ nodes; their state (momentum, Adam's moments) lives in the optimizer and needs n
 """
 from __future__ import annotations
 
-from ..core._context import state
+from ..core.interpreters import current_graph
 from ..core.dtypes import int64
 from ..core.execute import execute, get_op
 from ..core.graph import GraphTensor
@@ -58,7 +58,7 @@ class Optimizer:
         if not live:
             raise ValueError(f"{self.name}: no gradients for any of the variables {[v.name for _, v in pairs]}: "
                              "does the loss depend on them through ops that have gradients?")
-        graph = state().graph or live[0][0].graph
+        graph = current_graph() or live[0][0].graph
         with building(graph) as graph:
             start = len(graph.nodes)
             self._apply(live)

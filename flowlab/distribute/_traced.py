@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cluster.collectives.ops import ALLGATHER, ALLREDUCE, BROADCAST, attrs_for
-from ..core._context import state
+from ..core.interpreters import current_graph
 from ..core.execute import execute
 from .reduce_op import ReduceOp
 from .values import PerReplica
@@ -148,7 +148,7 @@ class TraceStep:
         slot = self.pending.setdefault(k, [])
         slot.append((ctx.local_id, optimizer, pairs))
         if len(slot) < self.strategy._num_local:
-            self.deferred.append((ctx.local_id, k, len(state().graph.nodes),
+            self.deferred.append((ctx.local_id, k, len(current_graph().nodes),
                                   {id(v) for g, v in pairs if g is not None}))
             return optimizer.iterations
         return self._apply_all(k, slot, apply)
@@ -189,7 +189,7 @@ class TraceStep:
         if len(set(self.calls)) > 1:
             raise ValueError(f"the replicas made different numbers of apply_gradients calls while tracing "
                              f"({dict(enumerate(self.calls))}); every replica must make the same calls")
-        nodes = state().graph.nodes
+        nodes = current_graph().nodes
         for i, k, start, updated in self.deferred:
             stale = [n for n in nodes[start:ends[i]] if n.op.name == "read" and id(n.attrs["variable"]) in updated]
             if stale:
@@ -207,7 +207,7 @@ def _add_op():
 
 
 def _scope(name):
-    graph = state().graph
+    graph = current_graph()
     return graph.name_scope(name)
 
 
@@ -223,7 +223,7 @@ def run_traced(strategy, fn, args, kwargs):
         try:
             with _scope(f"replica_{replica}"):
                 results.append(strategy._call(fn, i, step, args, kwargs))
-            ends.append(len(state().graph.nodes))
+            ends.append(len(current_graph().nodes))
         except Exception as e:
             if hasattr(e, "add_note"):
                 worker = f", worker {strategy.worker_index}" if strategy.num_workers > 1 else ""

@@ -200,8 +200,8 @@ class Strategy:
     def run(self, fn, args=(), kwargs=None):
         """``fn(*args, **kwargs)`` once per local replica; a PerReplica of the results (the plain
         result with one local replica). PerReplica arguments give each replica its component."""
-        from ..core._context import state
-        if state().graph is not None:     # inside @fl.function: the replicas become parts of the graph
+        from ..core.interpreters import current_graph
+        if current_graph() is not None:     # inside @fl.function: the replicas become parts of the graph
             return run_traced(self, fn, args, kwargs or {})
         kwargs = kwargs or {}
         n = self._num_local
@@ -266,8 +266,8 @@ class Strategy:
         """Combine a PerReplica value (or one value per process) over every replica. With ``axis``
         the values are also reduced along that axis (MEAN then averages over all the examples)."""
         op = ReduceOp.of(reduce_op)
-        from ..core._context import state
-        if state().graph is not None:
+        from ..core.interpreters import current_graph
+        if current_graph() is not None:
             return reduce_traced(self, op, value, axis)
         from ..core.tensor import convert_to_tensor
         parts = [to_numpy(convert_to_tensor(v)._value) for v in self.experimental_local_results(value)]
@@ -414,9 +414,9 @@ def _replica_apply(optimizer, grads_and_vars, apply):
     ctx = getattr(_tls, "replica", None)
     if ctx is None or getattr(_tls, "applying", False):
         return apply(optimizer, grads_and_vars)
-    from ..core._context import state
+    from ..core.interpreters import current_graph
     traced = isinstance(ctx._step, TraceStep)
-    if state().graph is not None and not traced:
+    if current_graph() is not None and not traced:
         if ctx.strategy._no_traced_run:
             raise NotImplementedError(
                 f"{optimizer.name}.apply_gradients inside @fl.function: {ctx.strategy._no_traced_run}")

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core import dtypes
 from ..core.backends import array_module, to_device_of
-from ..core._context import state
+from ..core.interpreters import current_graph
 from ..core.errors import InvalidArgumentError, source_line
 from ..core.execute import defop, execute
 from ..core.tape import GradientTape
@@ -116,7 +116,7 @@ class Optimizer:
             if not isinstance(v, Variable):
                 raise TypeError(f"{self.name}.apply_gradients: expected a Variable, got {type(v).__name__}; "
                                 "only fl.Variable can be updated")
-        if state().graph is not None:
+        if current_graph() is not None:
             for g, v in live:
                 execute(_UPDATE, (g,), {"optimizer": self, "variable": v})
             execute(_ADVANCE, (), {"optimizer": self})

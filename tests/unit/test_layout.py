@@ -52,12 +52,6 @@ UPWARD_EXCEPTIONS: set = {
 # and an entry no longer read fails test_private_reads_list_only_shrinks.
 PRIVATE_READS: set = {
     ("__init__.py", "flowlab.core.config._apply_default"),      # BLAS threads from the environment, at import
-    ("compat/_graphs.py", "flowlab.core._context"),             # mode tests: issue 17 item 1 gives core
-    ("compat/_variables.py", "flowlab.core._context"),          # public functions for what they ask
-    ("compat/v1_train.py", "flowlab.core._context"),
-    ("distribute/_traced.py", "flowlab.core._context"),
-    ("distribute/strategy.py", "flowlab.core._context"),
-    ("nn/optimizers.py", "flowlab.core._context"),
     ("cluster/remote.py", "flowlab.core.device._HERE"),         # the remote runner: issue 17 item 1 (an interpreter)
     ("data/dataset.py", "flowlab.core.random._rng"),            # shuffle's seed from fl.random's generator
     ("distribute/input.py", "flowlab.data._autoshard"),         # auto-sharding a dataset per worker
