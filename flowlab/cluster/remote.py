@@ -8,14 +8,16 @@
 ...     (y + 1.0).numpy()                # follows y to worker 1, then fetches the result
 array([11., 21.], dtype=float32)
 
-While a cluster is open it registers :func:`run_remote` with core (``set_remote_runner``), so
-``execute`` hands it every op placed on another task and every op with a :class:`RemoteTensor`
-input. An op placed on a task runs there: local inputs travel in the op's message, a handle held
-by that task is used in place, and a handle held by another task is pulled by the task that runs
-the op straight from the task that holds it (never through this process). An op placed here
-fetches its remote inputs first. A handle's value stays on its task until ``.numpy()`` (or any
-use that needs the numbers here); when the handle is garbage-collected the task forgets the value
-(the keys are sent with the next op to that task).
+While a cluster is open it registers :data:`INTERPRETER`, a :class:`RemoteInterpreter`, with core
+(``core.device.set_remote_interpreter``): core's eager interpreter places each op and hands it
+every op placed on another task and every op with a :class:`RemoteTensor` input. An op placed on
+a task runs there: local inputs travel in the op's message, a handle held by that task is used in
+place, and a handle held by another task is pulled by the task that runs the op straight from the
+task that holds it (never through this process). An op placed here fetches its remote inputs first.
+A handle's value stays on its task until ``.numpy()`` (or any use that needs the numbers here);
+when the handle is garbage-collected the task forgets the value (the keys are sent with the next
+op to that task). Open tapes see every op it runs, so gradients flow through ops on tasks (a
+gradient rule's ops follow their remote inputs to the task).
 """
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ from ..core.function import set_graph_partitioner
 from ..core.backends import to_numpy
 from ..core.errors import InvalidArgumentError, did_you_mean, source_line
 from ..core.execute import describe, execute, op_error
+from ..core.interpreters import Interpreter
+from ..core.tape import record_gradient, record_op
 from ..core.tensor import Tensor, readonly_numpy
 from .errors import ClusterError, RemoteError
 from .partition import Connection, StagedPlan
@@ -38,7 +42,7 @@ from .protocol import dumps
 from .spec import parse_task, task_name
 from .task_exec import split_device
 
-__all__ = ["RemoteTensor", "run_remote", "attach", "detach", "connections"]
+__all__ = ["RemoteTensor", "RemoteInterpreter", "INTERPRETER", "attach", "detach", "connections"]
 
 FREE_BATCH = 256       # forgotten handles per task after which a free message goes out on its own
 
@@ -115,7 +119,7 @@ def attach(client, tasks, name: str = "cluster") -> _Conn:
     conn = _Conn(client, tasks, name)
     with _lock:
         _conns.append(conn)
-        _device.set_remote_runner(run_remote, RemoteTensor)
+        _device.set_remote_interpreter(INTERPRETER)
         set_graph_partitioner(_staged_plan)
     return conn
 
@@ -129,7 +133,7 @@ def detach(conn: _Conn) -> None:
         if conn in _conns:
             _conns.remove(conn)
         if not _conns:
-            _device.set_remote_runner(None)
+            _device.set_remote_interpreter(None)
             set_graph_partitioner(None)
 
 
@@ -226,12 +230,45 @@ def _handle(conn, task, key, device, shape, dtype) -> RemoteTensor:
     return h
 
 
-def run_remote(op, inputs, attrs, device):
-    """Run ``op`` where placement put it (``device``; None: the default CPU here). Registered with
-    core while a cluster is open; core calls it for ops placed on other tasks or with handle inputs."""
-    if device is None or device.startswith(_device._HERE):
-        local = [x._local() if x.__class__ is RemoteTensor else x for x in inputs]
-        return execute(op, local, attrs)
+class RemoteInterpreter(Interpreter):
+    """Runs ops where placement put them, while a cluster is open: core's eager interpreter hands
+    it each op placed on another task, and each op with a RemoteTensor input (then ``device`` may
+    be here: None is the default CPU). Every op it runs is shown to the open tapes."""
+
+    handle_type = RemoteTensor
+
+    def process(self, op, inputs, attrs, device=None):
+        if _device.is_local(device):
+            return _here(op, inputs, attrs)
+        out = _on_task(op, inputs, attrs, device)
+        record_op(op, inputs, attrs, out)
+        return out
+
+    def __repr__(self):
+        return "<remote interpreter>"
+
+
+INTERPRETER = RemoteInterpreter()
+
+
+def _here(op, inputs, attrs):
+    """An op placed here: fetch its remote inputs (a tape sees each fetch as an identity), run it."""
+    local = []
+    for x in inputs:
+        if x.__class__ is RemoteTensor:
+            value = x._local()
+            record_gradient(f"fetch from {x._task}", (x,), value, _identity)
+            x = value
+        local.append(x)
+    return execute(op, local, attrs)
+
+
+def _identity(g):
+    return g
+
+
+def _on_task(op, inputs, attrs, device):
+    """Run ``op`` on the task of ``device`` (another task's); its result is a handle."""
     task, dev = split_device(device)
     task = task_name(*parse_task(task))
     conn = _conn_for(task, op.name)

@@ -23,7 +23,7 @@ from ..core.tensor import Tensor
 from ..core.tensor import Variable as _CoreVariable
 
 __all__ = ["Graph", "Operation", "GroupOperation", "get_default_graph", "reset_default_graph", "graph_function",
-           "building", "name_scope", "scope_prefix", "control_dependencies", "group", "no_op", "GraphKeys",
+           "building", "entered_graph", "name_scope", "scope_prefix", "control_dependencies", "group", "no_op", "GraphKeys",
            "get_collection", "add_to_collection", "get_collection_ref", "graph_info"]
 
 
@@ -75,7 +75,7 @@ def _in_own_graph(dunder):
     """``Tensor.<dunder>`` (the op table's), with the object's graph made the default if none is."""
     def operator(self, *args):
         method = getattr(Tensor, dunder)   # looked up on each call: the op table owns it
-        if current_graph() is not None:
+        if entered_graph() is not None:
             return method(self, *args)
         with self.graph.as_default():
             return method(self, *args)
@@ -164,21 +164,27 @@ class Graph(_core_graph.Graph):
         return mimebundle(self, include, exclude)
 
 
-# -- the process's default graph ------------------------------------------------------------------
+# -- the process's default graph: where compat asks core --------------------------------------------
 _process_default = Graph("default")
+
+
+def entered_graph():
+    """The graph of this thread's innermost ``with g.as_default():`` (or session block), or None:
+    the one place compat asks core which graph ops go to."""
+    return current_graph()
 
 
 def get_default_graph():
     """The graph ops are added to: the innermost ``with g.as_default():`` of this thread, else the
     process-wide default graph (TF1 always has one)."""
-    g = current_graph()
+    g = entered_graph()
     return g if g is not None else _process_default
 
 
 def reset_default_graph():
     """Replace the process-wide default graph by an empty one (tensors of the old graph stay in it)."""
     global _process_default
-    if current_graph() is not None:
+    if entered_graph() is not None:
         raise RuntimeError("reset_default_graph() was called inside `with graph.as_default():` (or a "
                            "session's `with` block); leave the block first, or make a new tf.Graph()")
     _process_default = Graph("default")
@@ -218,7 +224,7 @@ def graph_of(args, kwargs=None):
 
 def building(graph):
     """``graph.as_default()`` unless some graph already is the default (then add to that one)."""
-    return graph.as_default() if current_graph() is None else contextlib.nullcontext(current_graph())
+    return graph.as_default() if entered_graph() is None else contextlib.nullcontext(entered_graph())
 
 
 def as_graph_value(graph, value):
@@ -235,7 +241,7 @@ def graph_function(fn, tf_name=None):
     always returns graph tensors, and names its result when given ``name=``."""
     @functools.wraps(fn)
     def build(*args, name=None, **kwargs):
-        graph = current_graph() or graph_of(args, kwargs) or get_default_graph()
+        graph = entered_graph() or graph_of(args, kwargs) or get_default_graph()
         with building(graph) as graph:
             out = as_graph_value(graph, fn(*args, **kwargs))
         if name and isinstance(out, GraphTensor):
@@ -289,13 +295,13 @@ def control_dependencies(control_inputs):
     ...         print(sess.run(after), sess.run(after))
     2.0 3.0
     """
-    graph = current_graph() or get_default_graph()
+    graph = entered_graph() or get_default_graph()
     if control_inputs is None:
         return graph.control_dependencies(None)
     nodes = []
     for x in control_inputs:
         nodes.extend(control_nodes(x))
-    graph = nodes[0].graph if nodes and current_graph() is None else graph
+    graph = nodes[0].graph if nodes and entered_graph() is None else graph
     return graph.control_dependencies(nodes)
 
 
@@ -337,7 +343,7 @@ def group(*inputs, name=None):
     for x in inputs:
         for item in (x if isinstance(x, (list, tuple)) else [x]):
             tensors.extend(t for t in _fetchables(item) if not any(t is u for u in tensors))
-    graph = current_graph() or graph_of(tensors) or get_default_graph()
+    graph = entered_graph() or graph_of(tensors) or get_default_graph()
     for c in graph.current_control_inputs():   # made in a control_dependencies block: runs those too
         if not any(c.output is u for u in tensors):
             tensors.append(c.output)

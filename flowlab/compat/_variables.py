@@ -24,16 +24,16 @@ import numpy as np
 
 from ..core import dtypes as _dtypes
 from ..core import random as _random
-from ..core.interpreters import current_graph
 from ..core.device import current_device_spec, device, resolve
 from ..core.errors import OpError
 from ..core.execute import execute, get_op
 from ..core.graph import GraphTensor
+from ..core.ops.variable_ops import checked_value
 from ..core.tensor import Tensor
 from ..core.tensor import Variable as _CoreVariable
 from ..core.tensor import constant as _constant
-from ._graphs import (GraphKeys, add_to_collection, building, get_collection, get_default_graph, graph_info,
-                      group, operators_in_own_graph)
+from ._graphs import (GraphKeys, add_to_collection, building, entered_graph, get_collection, get_default_graph,
+                      graph_info, group, operators_in_own_graph)
 
 __all__ = ["Variable", "FailedPreconditionError", "get_variable", "variable_scope", "get_variable_scope",
            "AUTO_REUSE", "global_variables", "trainable_variables", "local_variables",
@@ -72,7 +72,7 @@ class Variable(_CoreVariable):
                  caching_device=None, name=None, variable_def=None, dtype=None, **_unused):
         if initial_value is None:
             raise ValueError("tf.Variable needs an initial_value (a tensor, a value, or a callable returning one)")
-        graph = current_graph() or (initial_value.graph if isinstance(initial_value, GraphTensor) else None) \
+        graph = entered_graph() or (initial_value.graph if isinstance(initial_value, GraphTensor) else None) \
             or get_default_graph()
         info = graph_info(graph)
         from ._replica import variable_device
@@ -173,7 +173,7 @@ class Variable(_CoreVariable):
         """Set the value now, in ``session`` (default: the default session), without a node."""
         from ._session import get_default_session
         sess = session or get_default_session()
-        value = np.array(self._checked(value, "load"))
+        value = np.array(checked_value(self, value, "load"))
         if sess is None:
             raise ValueError(f"{self.name}.load() needs a session: pass session= or call it inside "
                              "`with tf.Session() as sess:`")

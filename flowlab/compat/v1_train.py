@@ -9,14 +9,13 @@ nodes; their state (momentum, Adam's moments) lives in the optimizer and needs n
 """
 from __future__ import annotations
 
-from ..core.interpreters import current_graph
 from ..core.dtypes import int64
 from ..core.execute import execute, get_op
 from ..core.graph import GraphTensor
 from ..core.tensor import Tensor
 from ..core.tensor import Variable as _CoreVariable
 from ..nn import optimizers as _optimizers
-from ._graphs import GraphKeys, building, get_collection, get_default_graph, group
+from ._graphs import GraphKeys, building, entered_graph, get_collection, get_default_graph, group
 from ._gradients import gradients
 from ._monitored import (MonitoredSession, MonitoredTrainingSession, SessionManager, SessionRunArgs,  # noqa: F401
                          SessionRunContext, SessionRunHook, SessionRunValues, StopAtStepHook)
@@ -58,7 +57,7 @@ class Optimizer:
         if not live:
             raise ValueError(f"{self.name}: no gradients for any of the variables {[v.name for _, v in pairs]}: "
                              "does the loss depend on them through ops that have gradients?")
-        graph = current_graph() or live[0][0].graph
+        graph = entered_graph() or live[0][0].graph
         with building(graph) as graph:
             start = len(graph.nodes)
             self._apply(live)

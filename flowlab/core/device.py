@@ -34,7 +34,7 @@ from .errors import InvalidArgumentError, did_you_mean, source_line
 
 __all__ = ["DeviceSpec", "device", "current_device_spec", "resolve", "place", "RemoteDeviceError",
            "DEFAULT_DEVICE", "set_log_device_placement", "get_log_device_placement", "log_placement",
-           "set_remote_runner", "remote_runner", "REMOTE"]
+           "is_local", "set_remote_interpreter", "remote_interpreter", "REMOTE"]
 
 DEFAULT_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
 _TYPES = ("CPU", "GPU")
@@ -300,25 +300,31 @@ def _remote_message(name):
 # -- ops on other tasks -----------------------------------------------------------------------
 _HERE = "/job:localhost/replica:0/task:0/"
 REMOTE = object()          # the "kernel" place() gives for an op placed on another task
-_remote_runner = None      # runner(op, inputs, attrs, device) -> tensor, set by a cluster
-_remote_type = None        # the class of the handles it returns (tensors whose value is elsewhere)
+_remote = None             # the interpreter a cluster registered (process(op, inputs, attrs, device))
+_remote_type = None        # the class of its handles (tensors whose value is elsewhere)
 
 
-def set_remote_runner(runner, handle_type=None) -> None:
-    """Let a cluster run eager ops placed on other tasks (core knows no cluster): ``execute``
-    hands ``runner(op, inputs, attrs, device)`` every op placed off this process, and every op
-    with an input of ``handle_type``. ``None`` removes it: such ops raise RemoteDeviceError again."""
-    global _remote_runner, _remote_type
-    _remote_runner, _remote_type = runner, (handle_type if runner is not None else None)
+def is_local(device) -> bool:
+    """Whether a full device string (as ``resolve`` gives; None: the default CPU) is of this process."""
+    return device is None or device.startswith(_HERE)
 
 
-def remote_runner():
-    """The registered runner, or None."""
-    return _remote_runner
+def set_remote_interpreter(interp) -> None:
+    """Let an Interpreter of a higher layer run eager ops off this process (core knows no cluster): the
+    eager interpreter hands ``interp.process(op, inputs, attrs, device)`` each op placement put on
+    another task and each op with an ``interp.handle_type`` input (``device``: placement's choice).
+    It shows the tapes what it runs (``tape.record_op``). None removes it (RemoteDeviceError again)."""
+    global _remote, _remote_type
+    _remote, _remote_type = interp, getattr(interp, "handle_type", None)
+
+
+def remote_interpreter():
+    """The registered remote interpreter, or None."""
+    return _remote
 
 
 def has_remote(inputs) -> bool:
-    """Whether an input is a handle to a value on another task (only asked when a runner is set)."""
+    """Whether an input is a handle to a value on another task (only asked when an interpreter is set)."""
     for x in inputs:
         if x.__class__ is _remote_type:
             return True
@@ -343,7 +349,7 @@ def place(op, input_device, stack):
     if _log_placement:
         log_placement(op.name, device)
     if device is not None and not device.startswith(_HERE):   # another job or task
-        if _remote_runner is None:
+        if _remote is None:
             raise RemoteDeviceError(f"{op.name}: " + _remote_message(device))
         return device, REMOTE
     if device is None and input_device is None:

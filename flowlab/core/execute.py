@@ -19,7 +19,7 @@ from . import device as _devices
 from ._context import ACTIVE, state
 from .dtypes import numpy_dtype
 from .errors import InvalidArgumentError, OpError, describe, source_line
-from .interpreters import Interpreter
+from .interpreters import _BOTTOM, Interpreter
 from .tensor import Tensor, Variable, _numpy_array, _python_array
 
 __all__ = ["OpDef", "defop", "execute", "record", "agreed_dtype", "EAGER", "get_op", "list_ops", "unary", "binary",
@@ -56,20 +56,26 @@ class OpDef:
       rank 1 or more), so a later op may write into it once it is dead (buffer_reuse.py).
     - ``shape_only``: positions of inputs that the kernel reads only for their shape and dtype;
       constant folding takes such an input of fully known shape as a constant.
-    - ``peers``: the op is a collective: it runs only with every rank of its group calling it
-      (the cluster layer defines such ops: cluster/collectives/ops.py)."""
+    - ``peers``: the op runs only with other tasks or ranks running their half: a collective
+      (every rank of its group calls it: cluster/collectives/ops.py), or a partition's send and
+      receive (cluster/sendrecv.py). The cluster layer defines such ops.
+
+    ``eager``: the whole eager run of an op on state kept outside its inputs (a variable's read or
+    assignment, an optimizer's update, a random draw), ``eager(inputs, attrs) -> Tensor``: it runs
+    where that state is, so the eager interpreter calls it instead of converting the inputs, placing
+    the op and calling the kernel (which graphs run). Tapes and hooks do not see it (no gradient)."""
 
     __slots__ = ("name", "kernel", "shape_rule", "grad", "same_dtype", "strict", "stateful", "kernels", "doc",
-                 "inplace_kernel", "elementwise", "c_expr", "c_block", "c_bool", "fresh", "shape_only", "peers")
+                 "inplace_kernel", "elementwise", "c_expr", "c_block", "c_bool", "fresh", "shape_only", "peers", "eager")
 
     def __init__(self, name, kernel, shape_rule, grad=None, same_dtype=(), strict=False, stateful=False, doc="",
                  inplace_kernel=None, elementwise=None, c_expr=None, c_block=None, c_bool=False, fresh=False,
-                 shape_only=(), peers=False):
+                 shape_only=(), peers=False, eager=None):
         self.name, self.kernel, self.shape_rule, self.grad = name, kernel, shape_rule, grad
         self.same_dtype, self.strict, self.stateful, self.kernels, self.doc = same_dtype, strict, stateful, {}, doc
         self.inplace_kernel, self.elementwise, self.fresh = inplace_kernel, elementwise, fresh
         self.c_expr, self.c_block, self.c_bool, self.shape_only = c_expr, c_block, c_bool, shape_only
-        self.peers = peers
+        self.peers, self.eager = peers, eager
 
     def __repr__(self):
         return f"<op {self.name}>"
@@ -126,9 +132,12 @@ class _Eager(Interpreter):
 
 
 EAGER = _Eager()
+_BOTTOM.append(EAGER)
 
 
 def _eager(st, op, inputs, attrs):
+    if op.eager is not None:   # an op on state outside its inputs: it runs where that state is
+        return op.eager(inputs, attrs)
     device = None
     for x in inputs:
         if not isinstance(x, Tensor):
@@ -148,8 +157,8 @@ def _eager(st, op, inputs, attrs):
     kernel = op.kernel
     if device is not None or st.device_stack or _devices._log_placement:
         device, kernel = _devices.place(op, device, st.device_stack)
-        if _devices._remote_runner is not None and (kernel is _devices.REMOTE or _devices.has_remote(inputs)):
-            return _devices._remote_runner(op, inputs, attrs, device)
+        if _devices._remote is not None and (kernel is _devices.REMOTE or _devices.has_remote(inputs)):
+            return _devices._remote.process(op, inputs, attrs, device)   # a higher layer's interpreter
     try:
         if len(inputs) == 1:
             value = kernel(inputs[0]._value, **attrs)

@@ -18,10 +18,11 @@ from .._display import mimebundle, static_html   # an object meets the notebook 
 from . import dtypes as _dtypes
 from ._context import state
 from .executor import compile_plan
-from .graph import Graph, GraphTensor
+from .graph import READ, Graph, GraphTensor
+from .interpreters import current
 from .execute import OpDef
 from .backends import device_of_array
-from .device import _HERE, RemoteDeviceError, _remote_message, resolve
+from .device import RemoteDeviceError, _remote_message, is_local, resolve
 from .execute import _new
 from .execute import record as record_on_tapes
 from .shape import TensorShape
@@ -144,9 +145,10 @@ _partitioner = None    # set by a cluster while one is open: see set_graph_parti
 
 
 def set_graph_partitioner(partitioner) -> None:
-    """Let a cluster run traces with nodes on other tasks (core knows no cluster; ``set_remote_runner``
-    is the eager hook): ``partitioner(graph, fetches, feeds, {node index: device})`` returns
-    ``plan(*arrays) -> tuple of arrays``. ``None`` removes it: such traces raise RemoteDeviceError."""
+    """Let a cluster run traces with nodes on other tasks (core knows no cluster; for eager ops it
+    registers ``device.set_remote_interpreter``): ``partitioner(graph, fetches, feeds, {node index:
+    device})`` returns ``plan(*arrays) -> tuple of arrays``. ``None`` removes it: such traces raise
+    RemoteDeviceError."""
     global _partitioner
     _partitioner = partitioner
 
@@ -155,7 +157,7 @@ def _partitioned(graph, fetches, feeds):
     """The plan of a trace with nodes on other tasks (the partitioner's, made on first call), or None
     when it has none. A node that reads or updates a variable runs where its value is: here."""
     elsewhere = {n.index: d for n in graph.nodes if n.device and "variable" not in n.attrs
-                 for d in [resolve(n.device, allow_remote=True)] if not d.startswith(_HERE)}
+                 for d in [resolve(n.device, allow_remote=True)] if not is_local(d)}
     made = []
 
     def run(*arrays):
@@ -272,9 +274,9 @@ class Function:
         return self._trace_count
 
     def __call__(self, *args, **kwargs):
+        if current().inline_calls:
+            return self.python_function(*args, **kwargs)   # inside another trace: its ops join that graph
         st = state()
-        if st.graph is not None:
-            return self.python_function(*args, **kwargs)   # inside another trace: inline
         if st.tapes:
             return self._call_under_tape(st, args, kwargs)
         if not kwargs:   # the common call, f(x, y) with eager tensors: a key from shapes and dtypes only
@@ -302,7 +304,7 @@ class Function:
             st.pop("tapes", tape)
         try:
             concrete, leaves = self._concrete(args, kwargs)
-            if any(n.op.stateful and n.op.name != "read" for n in concrete.graph.nodes):
+            if any(n.op.stateful and n.op is not READ for n in concrete.graph.nodes):
                 concrete = None
             else:
                 inputs = [leaves[i] if isinstance(leaves[i], Tensor) else Tensor(np.asarray(leaves[i]))
@@ -315,7 +317,7 @@ class Function:
             return self.python_function(*args, **kwargs)
         variables = []
         for n in concrete.graph.nodes:
-            v = n.attrs.get("variable") if n.op.name == "read" else None
+            v = n.attrs.get("variable") if n.op is READ else None
             if v is not None and v.trainable and all(v is not w for w in variables):
                 variables.append(v)
         flat = _flatten(result, [])

@@ -19,7 +19,8 @@ from . import dtypes as _dtypes
 from ._context import state
 from .errors import InvalidArgumentError, source_line
 from .execute import NO_ATTRS, agreed_dtype, defop, op_error, record
-from .interpreters import Interpreter, current_graph, interpreting
+from .interpreters import Interpreter, current, current_graph, interpreting
+from .ops.variable_ops import ASSIGN, READ
 from .shape import TensorShape
 from .tensor import Tensor, Variable, _numpy_array, _python_array
 
@@ -121,38 +122,6 @@ def _value_rule(*_, value):
 CONST = defop("const", lambda *, value: value, _value_rule, doc="A value baked into the graph.")
 PLACEHOLDER = defop("placeholder", lambda **_: None, lambda *, shape, dtype, name: (shape, dtype),
                     doc="A graph input, fed when the graph runs.")
-READ = defop("read", lambda *, variable: variable._value,
-             lambda *, variable: (variable._value.shape, variable._value.dtype), stateful=True,
-             doc="The value of a Variable at this point of the program, when the graph runs.")
-
-
-def _assign_kernel(value, *, variable, mode):
-    if mode == "add":
-        value = variable._value + value
-    elif mode == "sub":
-        value = variable._value - value
-    variable._value = value
-    return value
-
-
-def _assign_rule(value, *, variable, mode):
-    shape, dtype = _spec(value)
-    want = variable._value.shape
-    if len(shape) != len(want) or any(a is not None and a != b for a, b in zip(shape, want)):
-        raise InvalidArgumentError(f"variable {variable.name!r} has shape {tuple(want)}, the value {tuple(shape)}")
-    if dtype != variable._value.dtype:
-        raise InvalidArgumentError(f"variable {variable.name!r} is {variable.dtype.name}, the value {np.dtype(dtype).name}")
-    return want, dtype
-
-
-ASSIGN = defop("assign", _assign_kernel, _assign_rule, stateful=True,
-               doc="Set (mode 'set'), add to ('add') or subtract from ('sub') a Variable when the graph runs.")
-
-
-def _spec(x):
-    return tuple(x.shape), _dtypes.numpy_dtype(x.dtype)
-
-
 _VALUES = (CONST, PLACEHOLDER)
 
 
@@ -335,7 +304,7 @@ class Graph:
                 stack.extend(node.control_inputs)
         nodes = [n for n in self.nodes if n.index in needed and id(n) not in fed]
         for n in nodes:
-            if n.op.name == "placeholder":
+            if n.op is PLACEHOLDER:
                 raise InvalidArgumentError(
                     f"placeholder {n.output.name} must be fed a value (it is needed for "
                     f"{', '.join(t.name for t in fetches)}): pass it in feed_dict", op="placeholder")
@@ -385,6 +354,8 @@ class Graph:
     def add_node(self, op, inputs, attrs=NO_ATTRS, name=None):
         """What ``execute`` calls in graph mode: add ``op`` and return its symbolic output. The node
         is named ``name`` (default: the op's name), under the current name scope, made unique."""
+        if op is READ and name is None:   # a variable's read is named after the variable
+            return self.read(attrs["variable"])
         tensors, reads = self._inputs(op, inputs)
         try:
             if any(t._shape is None for t in tensors):
@@ -492,8 +463,17 @@ class GraphBuilder(Interpreter):
     def __init__(self, graph):
         self.graph = graph
 
+    inline_calls = True          # a traced function called while building becomes part of this graph
+    moves_new_tensors = False    # the node a new tensor becomes is placed instead
+
     def process(self, op, inputs, attrs):
         return self.graph.add_node(op, inputs, attrs)
+
+    def control_dependencies(self, control_inputs):
+        return self.graph.control_dependencies(control_inputs)
+
+    def name_scope(self, name):
+        return self.graph.name_scope(name)
 
     def __repr__(self):
         return f"<graph builder of {self.graph.name!r}>"
@@ -530,12 +510,10 @@ def control_dependencies(control_inputs):
     >>> [n.op.name for n in compile_plan(g, [y], [x]).nodes]   # fetching y runs the check first
     ['check_numerics', 'const', 'multiply']
     """
-    graph = state().graph
-    return graph.control_dependencies(control_inputs) if graph is not None else contextlib.nullcontext()
+    return current().control_dependencies(control_inputs)
 
 
 def name_scope(name):
     """``with fl.name_scope("layer"):``: prefix the names of graph nodes made inside with
     ``layer/`` (see ``Graph.name_scope``); in eager mode, nothing to do."""
-    graph = state().graph
-    return graph.name_scope(name) if graph is not None else contextlib.nullcontext(name)
+    return current().name_scope(name)

@@ -10,10 +10,15 @@ its thread, as JAX's ``bind`` does:
 - a higher layer may push its own (anything with ``process(op, inputs, attrs)``).
 
 What code above ``core`` needs of the stack is a function here, never a look at thread state:
-:func:`current_graph` (the graph ops are being added to, or None), and :func:`init_scope` (run ops
-now, even while a graph is traced: where layers make their weights, as ``tf.init_scope``).
+:func:`current` (ask the innermost interpreter for what differs between running and building:
+control dependencies, name scopes, whether a traced function called now runs inline, whether a new
+tensor moves to the device scope's device), :func:`current_graph` (the graph ops are being added
+to, or None: for code that adds nodes itself), and :func:`init_scope` (run ops now, even while a
+graph is traced: where layers make their weights, as ``tf.init_scope``).
 """
 from __future__ import annotations
+
+import contextlib
 
 from ._context import ACTIVE, state
 
@@ -22,12 +27,29 @@ __all__ = ["Interpreter", "interpreting", "current", "current_graph", "init_scop
 
 class Interpreter:
     """Takes each op of its thread while it is the innermost: ``process(op, inputs, attrs)`` returns
-    the op's output. ``graph``: the Graph it adds nodes to, if it builds one (else None)."""
+    the op's output. ``graph``: the Graph it adds nodes to, if it builds one (else None). The rest
+    is what callers ask of the innermost one; the defaults are the eager interpreter's (ops run now).
+
+    - ``inline_calls``: a traced function called now runs its Python body, so that its ops come
+      here (a graph builder: the call becomes part of the graph), instead of its own graph.
+    - ``moves_new_tensors``: a tensor made now (``fl.constant``, a random draw) moves to the device
+      of the enclosing ``fl.device`` scope at once (a graph builder places the node that uses it).
+    - ``control_dependencies(inputs)``, ``name_scope(name)``: the context managers of
+      ``fl.control_dependencies`` and ``fl.name_scope`` (ops that run now run in program order and
+      have no names: nothing to do)."""
 
     graph = None
+    inline_calls = False
+    moves_new_tensors = True
 
     def process(self, op, inputs, attrs):
         raise NotImplementedError
+
+    def control_dependencies(self, control_inputs):
+        return contextlib.nullcontext()
+
+    def name_scope(self, name):
+        return contextlib.nullcontext(name)
 
 
 def _push(interp) -> None:
@@ -66,13 +88,13 @@ class interpreting:
         return False
 
 
+_BOTTOM: list = []   # [the eager interpreter]: core/execute.py puts it here when it makes it
+
+
 def current() -> Interpreter:
     """The innermost interpreter of this thread (the eager one when none is pushed)."""
     interp = state().interpreter
-    if interp is None:
-        from .execute import EAGER
-        return EAGER
-    return interp
+    return interp if interp is not None else _BOTTOM[0]
 
 
 def current_graph():
@@ -100,5 +122,4 @@ def init_scope():
     run now already, it changes nothing."""
     if state().interpreter is None:
         return _NOTHING
-    from .execute import EAGER
-    return interpreting(EAGER)
+    return interpreting(_BOTTOM[0])

@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes
-from ._context import state
 from .execute import defop, execute
 from .tensor import Tensor, in_scope
 
@@ -19,7 +18,8 @@ def set_seed(seed: int) -> None:
     _generator = np.random.default_rng(seed)
 
 
-def _rng(seed):
+def generator(seed=None):
+    """The global generator (``seed`` None: what ``set_seed`` last made), or a new one from ``seed``."""
     return _generator if seed is None else np.random.default_rng(seed)
 
 
@@ -37,15 +37,13 @@ def _floating(dtype, fn):
 
 
 def _draw(kind, shape, dtype, seed, **params):
-    """Inside a graph, a node that draws new numbers each time the graph runs; eagerly, the numbers."""
-    attrs = {"kind": kind, "shape": _shape(shape), "dtype": np.dtype(dtype), "seed": seed, "params": params}
-    if state().graph is not None:
-        return execute(_RANDOM, (), attrs)
-    return in_scope(Tensor(_random_kernel(**attrs)))
+    """Eagerly, the numbers; inside a graph, a node that draws new numbers each time the graph runs."""
+    return execute(_RANDOM, (), {"kind": kind, "shape": _shape(shape), "dtype": np.dtype(dtype), "seed": seed,
+                                 "params": params})
 
 
 def _random_kernel(*, kind, shape, dtype, seed, params):
-    rng = _rng(seed)
+    rng = generator(seed)
     if kind == "normal":
         out = rng.normal(params["mean"], params["stddev"], shape)
     elif kind == "uniform":
@@ -63,6 +61,7 @@ def _random_kernel(*, kind, shape, dtype, seed, params):
 
 
 _RANDOM = defop("random", _random_kernel, lambda *, kind, shape, dtype, seed, params: (shape, dtype), stateful=True,
+                eager=lambda inputs, attrs: in_scope(Tensor(_random_kernel(**attrs))),   # here: this generator
                 doc="Random numbers, drawn anew each time the graph runs.")
 
 
@@ -88,7 +87,7 @@ def uniform(shape, minval=0, maxval=None, dtype=dtypes.float32, seed=None, name=
     return _draw("uniform", shape, d.as_numpy_dtype, seed, minval=minval, maxval=1.0 if maxval is None else maxval)
 
 
-_SHUFFLE = defop("random_shuffle", lambda x, *, seed: x[_rng(seed).permutation(x.shape[0])],
+_SHUFFLE = defop("random_shuffle", lambda x, *, seed: x[generator(seed).permutation(x.shape[0])],
                  lambda x, *, seed: (tuple(x.shape), np.dtype(dtypes.numpy_dtype(x.dtype))), stateful=True,
                  doc="The input with its first axis randomly permuted, anew each time the graph runs.")
 

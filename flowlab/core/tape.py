@@ -12,12 +12,13 @@ import enum
 import numpy as np
 
 from ._context import state
+from .device import is_local
 from .execute import NO_ATTRS, READ_VARIABLE, Call, OpDef, record
 from .tensor import Tensor, Variable, convert_to_tensor
 
 _NEEDS_ONE = (True,)
 
-__all__ = ["GradientTape", "UnconnectedGradients", "custom_gradient", "record_gradient", "recording"]
+__all__ = ["GradientTape", "UnconnectedGradients", "custom_gradient", "record_gradient", "record_op", "recording"]
 
 
 class UnconnectedGradients(enum.Enum):
@@ -173,10 +174,12 @@ class GradientTape:
 
 
 def _fill_like(t, value):
-    """Ones or zeros shaped like ``t``: eager, or as graph ops for a graph tensor."""
+    """Ones or zeros shaped like ``t``: eager, or as graph ops for a graph tensor (or an op where ``t``'s
+    value is: on another task)."""
     if getattr(t, "_value", None) is not None:
-        return Tensor((np.ones_like if value else np.zeros_like)(t._value), t._device)
-    if t._shape is not None and None not in t._shape:   # a graph tensor of known shape: a constant, not an op run every step
+        if is_local(t._device):
+            return Tensor((np.ones_like if value else np.zeros_like)(t._value), t._device)
+    elif t._shape is not None and None not in t._shape:   # a graph tensor of known shape: a constant, not an op run every step
         return t.graph.constant((np.ones if value else np.zeros)(t._shape, t._dtype))
     from .ops import math_ops
     return (math_ops.ones_like if value else math_ops.zeros_like)(t)
@@ -236,6 +239,13 @@ def record_gradient(name, inputs, output, grad_fn):
         return grads
 
     record(st.tapes, OpDef(name, None, None, rule), list(inputs), NO_ATTRS, output)
+
+
+def record_op(op, inputs, attrs, output) -> None:
+    """Show this thread's tapes an op that an interpreter above core ran (cluster/remote.py)."""
+    tapes = state().tapes
+    if tapes:
+        record(tapes, op, inputs, attrs, output)
 
 
 def custom_gradient(f):

@@ -18,6 +18,7 @@ import numpy as np
 from . import dtypes as _dtypes
 from ._context import ACTIVE, state
 from .errors import InvalidArgumentError, source_line
+from .interpreters import current
 from .shape import TensorShape
 
 __all__ = ["Tensor", "Variable", "convert_to_tensor", "constant", "is_tensor"]
@@ -212,57 +213,32 @@ class Variable(Tensor):
             if st.device_stack and st.device_stack[-1]:
                 _move_to(self, st.device_stack[-1])
 
-    def _checked(self, value, op):
-        t = convert_to_tensor(value, dtype=self._value.dtype)
-        if t._value.shape != self._value.shape:
-            raise InvalidArgumentError(
-                f"{op}: variable {self.name!r} has shape {tuple(self._value.shape)} but the value has shape "
-                f"{tuple(t._value.shape)}\n  at {source_line()}", op=op)
-        value = t._value
-        if value.__class__ is not self._value.__class__:   # from the host to a GPU, or back (the copy rule)
-            from .backends import to_device_of
-            value = to_device_of(self._value, value)
-        return value
-
-    def _in_graph(self, value, mode):
-        from ._context import state
-        graph = state().graph
-        if graph is None:
-            return False
-        from .execute import execute, get_op
-        if not isinstance(value, Tensor):
-            value = np.asarray(value, dtype=self._value.dtype)   # Python values take the variable's dtype
-        execute(get_op("assign"), (value,), {"variable": self, "mode": mode})
-        return True
+    def _assign(self, value, mode):
+        execute, _, assign = _ops or _variable_ops()
+        if not isinstance(value, Tensor):   # Python and numpy values take its dtype
+            t = convert_to_tensor(value, dtype=self._value.dtype)
+            value = Tensor(value.copy(), t._device) if t._value is value else t   # never the caller's own array
+        execute(assign, (value,), {"variable": self, "mode": mode})
 
     def assign(self, value, read_value=True):
-        """Replace the value (same shape and dtype). Returns the variable."""
-        if self._in_graph(value, "set"):
-            return self if read_value else None
-        new = self._checked(value, "assign")
-        self._value = new.copy() if isinstance(value, np.ndarray) else new
+        """Replace the value (same shape and dtype). Returns the variable. Inside a graph (as
+        ``assign_add`` and ``assign_sub``): a node that assigns when the graph runs, in program order."""
+        self._assign(value, "set")
         return self if read_value else None
 
     def assign_add(self, delta, read_value=True):
-        if self._in_graph(delta, "add"):
-            return self if read_value else None
-        self._value = self._value + self._checked(delta, "assign_add")
+        self._assign(delta, "add")
         return self if read_value else None
 
     def assign_sub(self, delta, read_value=True):
-        if self._in_graph(delta, "sub"):
-            return self if read_value else None
-        self._value = self._value - self._checked(delta, "assign_sub")
+        self._assign(delta, "sub")
         return self if read_value else None
 
     def read_value(self) -> Tensor:
         """A tensor holding the current value (later assignments do not change it). Inside a
         graph: the value when the graph runs, at this point of the program."""
-        from ._context import state
-        graph = state().graph
-        if graph is not None:
-            return graph.read(self)
-        return Tensor(self._value, self._device)
+        execute, read, _ = _ops or _variable_ops()
+        return execute(read, (), {"variable": self})
 
     def value(self) -> Tensor:
         return self.read_value()
@@ -273,6 +249,17 @@ class Variable(Tensor):
 
     def __reduce__(self):
         return Variable, (np.asarray(self), self.trainable, self._name)
+
+
+_ops = None   # (execute, READ, ASSIGN), looked up on first use: execute.py imports this module
+
+
+def _variable_ops():
+    global _ops
+    from .execute import execute
+    from .ops.variable_ops import ASSIGN, READ
+    _ops = (execute, READ, ASSIGN)
+    return _ops
 
 
 def is_tensor(x) -> bool:
@@ -354,9 +341,9 @@ def in_scope(t: Tensor) -> Tensor:
     device of the enclosing ``fl.device(...)`` scope, as ops made there are placed. No scope: as is."""
     if not ACTIVE.count:   # no scope, tape or graph anywhere in the process: nothing to look up
         return t
-    st = state()
-    if st.device_stack and st.device_stack[-1] and st.graph is None:   # in a graph, the node is placed
-        _move_to(t, st.device_stack[-1])
+    stack = state().device_stack
+    if stack and stack[-1] and current().moves_new_tensors:   # in a graph, the node is placed
+        _move_to(t, stack[-1])
     return t
 
 
@@ -364,10 +351,10 @@ def _move_to(t: Tensor, scope) -> None:
     """Tag ``t`` with the scope's device. A local device gets the value now; a task of a running
     cluster keeps it here, and it travels with each op that runs there."""
     from .backends import to_device
-    from .device import DEFAULT_DEVICE, remote_runner, resolve
-    where = resolve(scope, allow_remote=remote_runner() is not None)
+    from .device import DEFAULT_DEVICE, is_local, remote_interpreter, resolve
+    where = resolve(scope, allow_remote=remote_interpreter() is not None)
     t._device = None if where == DEFAULT_DEVICE else where
-    if where.startswith("/job:localhost/replica:0/task:0/"):
+    if is_local(where):
         t._value = to_device(t._value, where)
 
 

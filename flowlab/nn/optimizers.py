@@ -17,7 +17,6 @@ import numpy as np
 
 from ..core import dtypes
 from ..core.backends import array_module, to_device_of
-from ..core.interpreters import current_graph
 from ..core.errors import InvalidArgumentError, source_line
 from ..core.execute import defop, execute
 from ..core.tape import GradientTape
@@ -116,19 +115,9 @@ class Optimizer:
             if not isinstance(v, Variable):
                 raise TypeError(f"{self.name}.apply_gradients: expected a Variable, got {type(v).__name__}; "
                                 "only fl.Variable can be updated")
-        if current_graph() is not None:
-            for g, v in live:
-                execute(_UPDATE, (g,), {"optimizer": self, "variable": v})
-            execute(_ADVANCE, (), {"optimizer": self})
-            return self.iterations
-        step = int(self.iterations._value) + 1
-        lr = self._lr(step - 1)
-        for g, v in live:
-            garr = convert_to_tensor(g)._value
-            if garr.__class__ is not v._value.__class__:   # on another device: copied to the variable's
-                garr = to_device_of(v._value, garr)
-            self._apply_one(v, garr, lr, step)
-        self.iterations._value = self.iterations._value + 1
+        for g, v in live:   # ops: eagerly they run now, inside @fl.function they are nodes
+            execute(_UPDATE, (g,), {"optimizer": self, "variable": v})
+        execute(_ADVANCE, (), {"optimizer": self})
         return self.iterations
 
     def _apply_one(self, v, garr, lr, step, donated=False):
@@ -294,7 +283,7 @@ def _adagrad(value, grad, slots, lr, epsilon):
     return value - lr * grad / (np.sqrt(accumulator) + epsilon), {"accumulator": accumulator}
 
 
-# -- the graph form of apply_gradients: one node per variable, then one that counts the step ----
+# -- apply_gradients as ops: one update per variable, then one that counts the step --------------
 def _update_kernel(grad, *, optimizer, variable, donated=False):
     done = int(optimizer.iterations._value)
     lr = float(optimizer._lr_variable._value) if optimizer._schedule is None else float(optimizer._schedule(done))
@@ -306,6 +295,16 @@ def _update_kernel_donated(grad, *, optimizer, variable):
     return _update_kernel(grad, optimizer=optimizer, variable=variable, donated=True)
 
 
+def _update_eager(inputs, attrs):
+    """The update now: the gradient copied to the variable's device if it is elsewhere."""
+    optimizer, v, g = attrs["optimizer"], attrs["variable"], inputs[0]
+    garr = g._value if g.__class__ is Tensor else convert_to_tensor(g)._value
+    if garr.__class__ is not v._value.__class__:
+        garr = to_device_of(v._value, garr)
+    done = int(optimizer.iterations._value)
+    return Tensor(optimizer._apply_one(v, garr, optimizer._lr(done), done + 1), v._device)
+
+
 def _update_rule(grad, *, optimizer, variable):
     return variable._value.shape, variable._value.dtype
 
@@ -315,10 +314,11 @@ def _advance_kernel(*, optimizer):
     return optimizer.iterations._value
 
 
-_UPDATE = defop("optimizer_update", _update_kernel, _update_rule, stateful=True,
-                doc="One optimizer step for one variable, when the graph runs.", inplace_kernel=_update_kernel_donated)
+_UPDATE = defop("optimizer_update", _update_kernel, _update_rule, stateful=True, eager=_update_eager,
+                doc="One optimizer step for one variable.", inplace_kernel=_update_kernel_donated)
 _ADVANCE = defop("optimizer_advance", _advance_kernel, lambda *, optimizer: ((), np.dtype(np.int64)),
-                 stateful=True, doc="Count one optimizer step, after its updates.")
+                 stateful=True, eager=lambda inputs, attrs: Tensor(_advance_kernel(**attrs)),   # never placed
+                 doc="Count one optimizer step, after its updates.")
 
 
 class SGD(Optimizer):

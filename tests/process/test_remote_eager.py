@@ -85,6 +85,38 @@ def test_an_op_placed_here_fetches_its_remote_inputs(cluster):
     assert float(fl.reduce_sum(y).numpy()) == 5.0 and float(y[1]) == 3.0
 
 
+def test_a_tape_differentiates_ops_on_tasks_and_ops_here_on_their_results(cluster):
+    w = fl.Variable([[1.0, 2.0], [3.0, -4.0]])
+    x = fl.constant([[0.5, -1.0], [2.0, 1.0]])
+    b = fl.constant([0.25, -0.5])
+
+    def program(task0, task1):
+        with fl.device(task0):
+            h = fl.tanh(fl.matmul(x, w))
+        with fl.device(task1):                # pulled from task 0 by task 1
+            y = h * 2.0 + b
+        with fl.device(None):
+            return fl.reduce_sum(y * y)       # here: follows y to task 1
+
+    with fl.GradientTape(persistent=True) as tape:
+        tape.watch(b)
+        want = program(None, None)
+    local = tape.gradient(want, [w, b])
+    with fl.GradientTape(persistent=True) as tape:
+        tape.watch(b)
+        got = program("/job:worker/task:0", "/job:worker/task:1")
+        with fl.device("/job:localhost"):
+            here = got * 3.0                  # an op here on a remote input
+    assert isinstance(got, RemoteTensor)
+    for g, want_g in zip(tape.gradient(got, [w, b]), local):
+        np.testing.assert_allclose(g.numpy(), want_g.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(tape.gradient(here, w).numpy(), 3.0 * local[0].numpy(), rtol=1e-6)
+    with fl.device("/job:worker/task:1"):
+        other = x + 1.0
+    zero = tape.gradient(got, other, unconnected_gradients="zero")
+    assert zero.device == other.device and zero.numpy().tolist() == [[0.0, 0.0], [0.0, 0.0]]
+
+
 def test_handles_free_remote_memory_when_collected(cluster):
     task = "/job:worker/task:1"
     x = fl.constant(np.ones(1000, np.float32))

@@ -2,7 +2,7 @@
 import pytest
 
 import flowlab as fl
-from flowlab.core.device import RemoteDeviceError, remote_runner
+from flowlab.core.device import RemoteDeviceError, remote_interpreter
 
 pytestmark = pytest.mark.process
 
@@ -12,7 +12,7 @@ def test_closing_the_cluster_restores_the_plain_error():
     with fl.cluster.LocalCluster(workers=1) as c:
         with fl.device("/job:worker/task:0"):
             h = x + 1.0
-        assert remote_runner() is not None
+        assert remote_interpreter() is not None
     assert c.closed
     with pytest.raises(fl.cluster.ClusterError, match="closed"):
         h.numpy()
@@ -25,10 +25,10 @@ def test_a_cluster_collected_without_close_stops_taking_ops():
     import gc
 
     c = fl.cluster.LocalCluster(workers=1)
-    assert remote_runner() is not None
+    assert remote_interpreter() is not None
     del c
     gc.collect()
-    assert remote_runner() is None
+    assert remote_interpreter() is None
     x = fl.constant([1.0])
     with fl.device("/job:worker/task:0"), pytest.raises(RemoteDeviceError, match="needs a cluster"):
         x + 1.0

@@ -10,7 +10,7 @@ from flowlab.cluster import partition, remote
 from flowlab.cluster.client import Client
 from flowlab.cluster.events import EventLog
 from flowlab.cluster.server import Server
-from flowlab.core.device import remote_runner
+from flowlab.core.device import remote_interpreter
 
 KEY = bytes(range(50, 82))
 
@@ -36,7 +36,7 @@ def tasks():
             s.stop()
         for s in servers:
             assert s.join(5), f"{s.name} did not stop"
-    assert remote_runner() is None
+    assert remote_interpreter() is None
 
 
 def kinds(server, kind):
@@ -53,6 +53,12 @@ def test_remote_ops_equal_local_ones_and_are_logged_on_their_task(tasks):
     assert [e.name for e in kinds(w1, "op")] == ["transpose", "matmul", "multiply", "reduce_sum"]
     assert kinds(w0, "op") == []
     assert "on /job:worker/task:1" in repr(h)
+    assert remote_interpreter() is remote.INTERPRETER           # the interpreter the cluster registered
+    with fl.GradientTape() as tape:                        # it shows the tapes what it runs
+        tape.watch(a)
+        with fl.device("/job:worker/task:1"):
+            y = fl.reduce_sum(a * a)
+    np.testing.assert_array_equal(tape.gradient(y, a).numpy(), 2 * a.numpy())
 
 
 def test_a_value_moves_from_task_to_task_without_the_client(tasks):

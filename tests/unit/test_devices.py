@@ -15,7 +15,7 @@ import flowlab as fl
 from flowlab.core import execute as execute_module
 from flowlab.core._context import ACTIVE
 from flowlab.core.backends import gpu_count
-from flowlab.core.device import (DEFAULT_DEVICE, RemoteDeviceError, current_device_spec, merge_scopes,
+from flowlab.core.device import (DEFAULT_DEVICE, RemoteDeviceError, current_device_spec, is_local, merge_scopes,
                                  resolve)
 
 DeviceSpec = fl.DeviceSpec
@@ -367,6 +367,8 @@ def test_resolve_gives_canonical_strings(two_gpus):
         resolve("/job:worker/task:1")
     with pytest.raises(fl.errors.InvalidArgumentError):
         resolve("/gpu:2")
+    assert is_local(None) and is_local(CPU0) and is_local(GPU1)
+    assert not is_local(resolve("/job:worker/task:1", allow_remote=True)) and not is_local(resolve("/task:1", allow_remote=True))
 
 
 # -- the placement log --------------------------------------------------------------------------

@@ -111,3 +111,32 @@ def test_tapes_see_an_op_once_in_a_graph_and_eagerly():
         return t.gradient(z, x)
 
     assert grad(fl.constant([3.0])).numpy().tolist() == [6.0]
+
+
+def test_variables_updates_and_draws_are_ops_in_every_mode():
+    """One path: a pushed interpreter sees reads, assignments, optimizer steps and random draws
+    eagerly; a graph builder makes them nodes. The eager read keeps its value after assignments."""
+    v, opt = fl.Variable([1.0, 2.0]), fl.optimizers.SGD(0.5)
+    rec = Recording()
+    with interpreting(rec):
+        before = v.read_value()
+        mine = np.array([5.0, 6.0], np.float32)
+        v.assign(mine)
+        mine[0] = 100.0                            # the caller's array is copied
+        v.assign_add([1.0, 1.0])
+        opt.apply_gradients([(fl.constant([2.0, 2.0]), v)])
+        assert fl.random.uniform([3]).shape == (3,)
+    assert rec.seen == ["read", "assign", "assign", "optimizer_update", "optimizer_advance", "random"]
+    assert before.numpy().tolist() == [1.0, 2.0] and v.numpy().tolist() == [5.0, 6.0]
+    with pytest.raises(fl.errors.InvalidArgumentError, match=r"assign_sub: variable 'Variable:0' has shape \(2,\)"):
+        v.assign_sub([1.0, 2.0, 3.0])
+    g = fl.Graph("g")
+    with g.as_default():
+        assert current().inline_calls and not current().moves_new_tensors
+        with fl.name_scope("s") as prefix:
+            v.assign_add(v.read_value())
+            opt.apply_gradients([(fl.constant([1.0, 1.0]), v)])
+            fl.random.normal([2])
+    assert prefix == "s/" and [n.op.name for n in g.nodes] == [
+        "read", "assign", "const", "optimizer_update", "optimizer_advance", "random"]
+    assert int(opt.iterations) == 1 and v.numpy().tolist() == [5.0, 6.0]   # nothing ran yet

@@ -5,6 +5,7 @@ import pytest
 
 import flowlab as fl
 from flowlab.core.device import RemoteDeviceError
+from flowlab.core.interpreters import Interpreter
 
 GPU1 = "/job:localhost/replica:0/task:0/device:GPU:1"
 
@@ -98,28 +99,28 @@ def test_tensors_made_in_a_scope_live_on_its_device():
         fl.zeros([2])
 
 
-# -- the remote-runner hook (flowlab.cluster registers one while a cluster is open) ---------------
-class _Recorder:
-    """A runner that records what core handed it and answers with a plain local tensor."""
+# -- the remote interpreter (flowlab.cluster registers one while a cluster is open) ---------------
+class _Recorder(Interpreter):
+    """An interpreter that records what core handed it and answers with a plain local tensor."""
 
     def __init__(self):
         self.calls = []
 
-    def __call__(self, op, inputs, attrs, device):
+    def process(self, op, inputs, attrs, device):
         self.calls.append((op.name, device, len(inputs)))
         return fl.Tensor(np.asarray(-1.0, np.float32))
 
 
 @pytest.fixture
 def recorder():
-    from flowlab.core.device import set_remote_runner
+    from flowlab.core.device import set_remote_interpreter
     r = _Recorder()
-    set_remote_runner(r)
+    set_remote_interpreter(r)
     yield r
-    set_remote_runner(None)
+    set_remote_interpreter(None)
 
 
-def test_an_op_placed_on_another_task_goes_to_the_registered_runner(recorder):
+def test_an_op_placed_on_another_task_goes_to_the_registered_interpreter(recorder):
     x = fl.constant([1.0, 2.0])
     with fl.device("/job:worker/task:1"):
         out = x + 1.0
@@ -127,7 +128,7 @@ def test_an_op_placed_on_another_task_goes_to_the_registered_runner(recorder):
     assert recorder.calls == [("add", "/job:worker/replica:0/task:1/device:CPU:0", 2)]
 
 
-def test_local_ops_never_reach_the_runner(recorder):
+def test_local_ops_never_reach_the_remote_interpreter(recorder):
     x = fl.constant([1.0, 2.0])
     with fl.device("/gpu:1"):
         y = x * 2.0
@@ -138,9 +139,9 @@ def test_local_ops_never_reach_the_runner(recorder):
     assert y.numpy().tolist() == [2.0, 4.0] and w.numpy().tolist() == [1.0, 2.0]
 
 
-def test_without_a_runner_the_plain_error_remains():
-    from flowlab.core.device import remote_runner
-    assert remote_runner() is None
+def test_without_a_remote_interpreter_the_plain_error_remains():
+    from flowlab.core.device import remote_interpreter
+    assert remote_interpreter() is None
     x = fl.constant([1.0])
     with fl.device("/job:worker/task:1"), pytest.raises(RemoteDeviceError, match="needs a cluster") as info:
         x + 1.0

@@ -1,5 +1,5 @@
 """The op table, split by topic. Each module defines its ops once: kernel, shape rule, gradient."""
-from . import array_ops, logging_ops, math_ops, nn_ops, reduction_ops  # importing fills the table
+from . import array_ops, logging_ops, math_ops, nn_ops, reduction_ops, variable_ops  # importing fills the table
 from .array_ops import *  # noqa: F401,F403
 from .logging_ops import *  # noqa: F401,F403
 from .math_ops import *  # noqa: F401,F403
