@@ -8,14 +8,17 @@ and ``plan(graph, fetches, feeds)`` for a :class:`PartitionedPlan`. Planning:
 2. each node's task: its ``fl.device`` job and task; fields left out come from the master (the
    task the session's target names), as in TensorFlow, so unplaced nodes run on the master; a
    node that reads or updates a variable placed on a task runs on that task;
-3. per task, its nodes in graph order. An edge from a node on task A to a node on task B makes A
-   send the value to B once it is computed (B stores it on arrival; no client in between) and B
-   wait for it before the node that needs it: a send/recv pair. A fed value travels from the
+3. per task, its nodes in graph order: the graph pass that splits the graph. An edge from a node
+   on task A to a node on task B becomes a ``send`` node on A after the producer and a ``recv``
+   node on B before its first reader (table ops, cluster/sendrecv.py): A posts the value to B once
+   it is computed (B stores it on arrival; no client in between). A fed value travels from the
    client to each task that reads it. Variables travel as references: each task keeps the
    variables its nodes read and assign, so a variable placed on a ps task lives there.
 
-Running sends every task its partition at once; they run concurrently and each returns the fetched
-values it computed. If one task fails the others are told to stop waiting, and the error names the
+Running sends every task its partition at once; each task makes it a core Graph and runs it with
+core's executor (``compile_plan``, compiled once per partition: cluster/task_exec.py), so sessions,
+traced functions and partitions share one graph runner. They run concurrently and each returns
+the fetched values it computed. If one task fails the others are told to stop waiting, and the error names the
 node, its op, the line that made it and the task. Partitions travel as data: op names from the op
 table, attributes and input indices, pickled only inside signed messages.
 """
@@ -25,6 +28,7 @@ import os
 
 import numpy as np
 
+from ..core.dtypes import numpy_dtype
 from ..core.errors import InvalidArgumentError, did_you_mean
 from .errors import ClusterError, ClusterTimeoutError, RemoteError
 from .protocol import dumps, new_id
@@ -149,6 +153,12 @@ def task_of(node, master: str) -> tuple[str, str]:
     return task_name(job, index), dev
 
 
+def _spec(node):
+    """(shape, dtype) of a node's output as they travel: shape a tuple (None dims) or None."""
+    shape = node.output.shape
+    return (None if shape.rank is None else tuple(shape), numpy_dtype(node.output.dtype).str)
+
+
 def _wire_attrs(attrs):
     """Attributes as they travel: variables become references (each task keeps its own). A variable
     with a ``shared_name`` (a TF1 variable placed on a task) is that task's resource of that name,
@@ -186,19 +196,22 @@ class PartitionedPlan:
                     f"numbers in fl.device / tf.device strings must match the ClusterSpec's", op=n.op.name, source=n.source)
             where[n.index] = task
             part = entries.setdefault(task, [])
-            # a control input on another task is received like a data edge (the value is not used):
-            # the partition runs its entries in order, so the node waits for it
+            # the graph pass: an edge from another task becomes a recv here and a send there (a
+            # control input too: the value is not used, but the node waits for it)
+            controls = [c.index for c in getattr(n, "control_inputs", ()) or ()]
             for src in [t.node for t in n.inputs] + list(getattr(n, "control_inputs", ()) or ()):
                 if id(src) in fed:
-                    feeds_of.setdefault(task, {})[src.index] = fed[id(src)]
+                    if src.index not in feeds_of.setdefault(task, {}):
+                        feeds_of[task][src.index] = fed[id(src)]
+                        part.append(("feed", src.index, src.name) + _spec(src))
                 elif where[src.index] != task and (src.index, task) not in recvs:
                     recvs.add((src.index, task))
                     owner = where[src.index]
-                    entries[owner][self._position[src.index]][7].append(task)
-                    part.append([src.index, "", None, [], src.name, src.source, "", [], owner])
+                    entries[owner][self._position[src.index]][9].append(task)
+                    part.append(("recv", src.index, src.name, src.source) + _spec(src) + (owner,))
             self._position[n.index] = len(part)
-            part.append([n.index, n.op.name, _wire_attrs(n.attrs), [t.node.index for t in n.inputs], n.name,
-                         n.source, dev, [], None])
+            part.append(("op", n.index, n.op.name, _wire_attrs(n.attrs), [t.node.index for t in n.inputs], controls,
+                         n.name, n.source, dev, []))
         # what each task returns: the fetches it computes (a fed fetch comes from the client)
         self._fetch_from = []
         fetch_of: dict[str, list] = {}
@@ -211,12 +224,12 @@ class PartitionedPlan:
             if t.node.index not in lst:
                 lst.append(t.node.index)
             self._fetch_from.append((task, lst.index(t.node.index)))
-        self.partitions = {task: [e[4] if e[8] is None else f"recv {e[4]} from {e[8]}" for e in part]
-                           for task, part in entries.items()}
+        self.partitions = {task: [e[6] if e[0] == "op" else f"recv {e[2]} from {e[6]}" for e in part
+                                  if e[0] != "feed"] for task, part in entries.items()}
         conn.ensure(entries)
         ids = {task: conn.client.server_id(task) for task in entries}   # a task sends only to these servers
-        self._messages = {task: (dumps([tuple(e) for e in part]), feeds_of.get(task, {}), fetch_of.get(task, []),
-                                 {to: ids[to] for e in part for to in e[7] if ids.get(to)})
+        self._messages = {task: (dumps(part), feeds_of.get(task, {}), fetch_of.get(task, []),
+                                 {to: ids[to] for e in part if e[0] == "op" for to in e[9] if ids.get(to)})
                           for task, part in entries.items()}
 
     def __call__(self, *arrays):

@@ -22,7 +22,6 @@ flowlab's engine and numpy load when the first op arrives.
 from __future__ import annotations
 
 import threading
-import time
 
 from . import events as _events
 from .errors import ClusterError
@@ -75,8 +74,9 @@ def _engine():
         flowlab.constant   # noqa: B018 - the first attribute runs flowlab/__init__ in a worker
         from ..core import execute as ex
         from ..core.device import device
+        from ..core.graph import ASSIGN
         from ..core.tensor import Tensor
-        _ENGINE = ex, device, Tensor
+        _ENGINE = ex, device, Tensor, ASSIGN
     return _ENGINE
 
 
@@ -128,9 +128,10 @@ def _pull(server, owner: str, key: str, timeout: float = 60.0):
 _VARIABLES_LOCK = threading.Lock()   # the loop and exec threads may both make a task's variable
 
 
-def _variable(server, ref: VarRef, initializing: bool = False):
+def _variable(server, ref: VarRef, initializing: bool = False, check: bool = True):
     """This task's variable for ``ref``, made (zeros, uninitialized) on first use. A shared one must
-    have been initialized unless this is its initializer, which may also change its shape."""
+    have been initialized unless this is its initializer, which may also change its shape (or
+    ``check`` is false: its initializer runs earlier in the same partition)."""
     import numpy as np
 
     key = f"var/{ref.uid}"
@@ -147,7 +148,7 @@ def _variable(server, ref: VarRef, initializing: bool = False):
                 f"variable {ref.name} on {server.name} is {v._value.dtype.name}{list(v._value.shape)}, but this "
                 f"graph's {ref.name} is {np.dtype(ref.dtype).name}{list(ref.shape)}: another client made it with "
                 f"another shape; give this one another name, or run its initializer to replace it")
-    if not initializing and ref.uid.startswith(SHARED) and f"init/{ref.uid}" not in server.store:
+    if check and not initializing and ref.uid.startswith(SHARED) and f"init/{ref.uid}" not in server.store:
         raise ClusterError(
             f"Attempting to use uninitialized value {ref.name} on {server.name}: no client has run its initializer "
             f"yet (the chief runs tf.global_variables_initializer(); other workers wait for it, as "
@@ -155,24 +156,25 @@ def _variable(server, ref: VarRef, initializing: bool = False):
     return v
 
 
-def _initializes(op_name, attrs) -> bool:
-    return op_name == "assign" and attrs.get("mode") == "set"
+def _initializes(op, attrs) -> bool:
+    """Whether ``op`` with ``attrs`` is a variable's initializer (an assignment with mode "set")."""
+    return op is _ENGINE[3] and attrs.get("mode") == "set"
 
 
-def _attrs(server, attrs, op_name=""):
+def _attrs(server, attrs, op):
     if not attrs:
         return attrs
     out = None
     for k, v in attrs.items():
         if isinstance(v, VarRef):
             out = out or dict(attrs)
-            out[k] = _variable(server, v, _initializes(op_name, attrs))
+            out[k] = _variable(server, v, _initializes(op, attrs))
     return out or attrs
 
 
-def _mark_initialized(server, op_name, attrs):
+def _mark_initialized(server, op, attrs):
     """After a shared variable's initializer ran here: every client may read it now."""
-    if attrs and _initializes(op_name, attrs):
+    if attrs and _initializes(op, attrs):
         ref = attrs.get("variable")
         if isinstance(ref, VarRef) and ref.uid.startswith(SHARED):
             server.store.put(f"init/{ref.uid}", True)
@@ -197,13 +199,13 @@ def _where(server, error, device, op_name) -> str:
 def _op(server, msg):
     """Body: ``op``, ``device`` (this task's part), ``in`` (refs), ``out`` (key), ``free`` (keys);
     buffers: the pickled attrs (when ``attrs``), then input values."""
-    ex, device, Tensor = _engine()
+    ex, device, Tensor, _ = _engine()
     body, store = msg.body, server.store
     for key in body.get("free", ()):
         store.pop(key)
     op = ex.get_op(body["op"])
     wire = loads(msg.buffers[0]) if body.get("attrs") else {}
-    attrs = _attrs(server, wire, op.name)
+    attrs = _attrs(server, wire, op)
     inputs = []
     for kind, ref, *owner in body["in"]:
         if kind == "buf":
@@ -220,7 +222,7 @@ def _op(server, msg):
     except Exception as e:
         raise ClusterError(f"{op.name} on {server.name}{body['device']}: "
                            f"{_where(server, e, body['device'], op.name)}") from None
-    _mark_initialized(server, op.name, wire)
+    _mark_initialized(server, op, wire)
     value = out._value
     store.put(body["out"], value)
     server.log.record("op", op.name, start, _events.now(), bytes=_nbytes(value), task=server.name,
@@ -274,76 +276,161 @@ def _abort(server, msg):
     server.store.put(f"abort/{msg.body['run']}", msg.body.get("why", "aborted"))
 
 
-def _wait(server, run, key, source, timeout):
-    """A value another task sends for this run; stops early if the run is aborted."""
-    deadline = time.monotonic() + timeout
-    store = server.store
-    while True:
-        try:
-            return store.wait(key, 0.2)
-        except TimeoutError:
-            why = store.pop(f"abort/{run}")
-            if why is not None:
-                raise ClusterError(f"{server.name}: the run was stopped while waiting for {key} from {source} "
-                                   f"({why})") from None
-            if time.monotonic() > deadline:
-                raise ClusterError(f"{server.name} waited {timeout:g} s for {key} from {source}, which never "
-                                   f"came") from None
+PLANS_KEPT = 32           # compiled partitions a task keeps (a session running the same fetches reuses one)
+
+
+def _failed(server, name, op_name, source, dev, error):
+    return ClusterError(f"node {name} ({op_name}, made at {source}) failed on {server.name}{dev}: "
+                        f"{_where(server, error, dev, op_name)}")
+
+
+class _TaskPlan:
+    """A partition as this task runs it: a core Graph of its nodes, with a ``recv`` node before the
+    first reader of a value from another task and a ``send`` node after each value another task
+    needs (cluster/sendrecv.py), compiled by core's executor (``compile_plan``, no graph passes:
+    every node runs as its author placed it), each kernel wrapped to record its event, mark a
+    shared variable initialized, and name the node, its op, its source and this task if it fails.
+    ``variables``: (ref, initializing, checked, variable compiled in, node's description) of each
+    node that names one, checked again before every run (a shared variable must be initialized;
+    if another client replaced it, the partition is compiled again)."""
+
+    def __init__(self, server, entries, fetch, soft):
+        ex, device, *_ = _engine()
+        from ..core.config import logical_device_count
+        from ..core.device import resolve
+        from ..core.executor import compile_plan
+        from ..core.graph import Graph
+        from .sendrecv import RECV, SEND
+
+        self.server, self.feeds, self.recvs, self.variables = server, [], [], []
+        self._about = {}           # id(node) -> (task device, wire attrs)
+        graph = Graph(f"partition of {server.name}")
+        out, initialized = {}, set()
+        for e in entries:
+            kind, index = e[0], e[1]
+            if kind == "feed":
+                out[index] = graph.placeholder(e[4], shape=e[3], name=f"feed_{index}")
+                self.feeds.append(index)
+                continue
+            if kind == "recv":
+                out[index] = graph.add_node(RECV, [], {"key": index, "source": e[6], "shape": e[4], "dtype": e[5]},
+                                            name=f"recv_{index}")
+                self.recvs.append(index)
+                continue
+            _, _, op_name, wire, ins, controls, name, source, dev, send_to = e
+            kind, _, number = dev.rpartition(":")
+            if soft and int(number) >= logical_device_count(kind.rpartition(":")[2]):
+                dev = "/device:CPU:0"
+            try:
+                op = ex.get_op(op_name)
+                resolve(dev)
+                attrs = dict(wire) if wire else {}
+                for k, v in attrs.items():
+                    if isinstance(v, VarRef):
+                        init = _initializes(op, wire)
+                        check = v.uid not in initialized      # not initialized earlier in this partition
+                        attrs[k] = _variable(server, v, init, check)
+                        self.variables.append((v, init, check, attrs[k], (name, op_name, source, dev)))
+                        initialized.update((v.uid,) if init else ())
+                with device(dev):
+                    t = graph.add_node(op, [out[i] for i in ins], attrs, name=f"n{index}")
+            except Exception as err:  # noqa: BLE001 - becomes an error naming the node and this task
+                raise _failed(server, name, op_name, source, dev, err) from None
+            node = t.node
+            node.control_inputs = [out[i].node for i in controls if i in out and i not in self.feeds]
+            node.source, node.name = source, name
+            self._about[id(node)] = (dev, wire)
+            out[index] = t
+            for to in send_to:
+                graph.add_node(SEND, [t], {"key": index, "to": to, "name": name}, name=f"send_{index}")
+        self.plan = compile_plan(graph, [out[i] for i in fetch], [out[i] for i in self.feeds], passes=(),
+                                 around=self._around)
+
+    def _around(self, node, kernel):
+        """The kernel of ``node`` as this task runs it: its event, its error, a variable marked initialized."""
+        from ..core.errors import OpError
+        from ..core.execute import explain
+        from ..core.tensor import Tensor
+        from .sendrecv import RECV, SEND, current
+
+        if node.op is SEND or node.op is RECV:
+            return kernel
+        server, op, name, source = self.server, node.op, node.name, node.source
+        dev, wire = self._about[id(node)]
+        record, task, rank, now = server.log.record, server.name, server.task_index, _events.now
+        mark = _initializes(op, wire)
+
+        def run(*args, **attrs):
+            start = now()
+            try:
+                value = kernel(*args, **attrs)
+            except ClusterError:
+                raise
+            except Exception as err:  # noqa: BLE001 - becomes an error naming the node and this task
+                if not isinstance(err, OpError):
+                    err = explain(op, [Tensor(a) for a in args], attrs, err)
+                raise _failed(server, name, op.name, source, dev, err) from None
+            if mark:
+                _mark_initialized(server, op, wire)
+            record("op", name, start, now(), bytes=_nbytes(value), task=task, rank=rank, device=dev,
+                   run=current().run)
+            return value
+        return run
+
+    def current(self) -> bool:
+        """Before a run: whether every variable is still the one compiled in (errors if a shared one
+        must be initialized and is not)."""
+        for ref, init, check, bound, (name, op_name, source, dev) in self.variables:
+            try:
+                v = _variable(self.server, ref, init, check)
+            except Exception as err:  # noqa: BLE001 - names the node and this task
+                raise _failed(self.server, name, op_name, source, dev, err) from None
+            if v is not bound:
+                return False
+        return True
+
+
+def _task_plan(server, nodes_buffer, fetch, soft) -> _TaskPlan:
+    """The compiled partition for these entries: made once, then found again while the client sends
+    the same partition (a Session running the same fetches in a loop)."""
+    key = (bytes(nodes_buffer), tuple(fetch), bool(soft))
+    with _VARIABLES_LOCK:
+        plans = server.state(__name__).setdefault("plans", {})   # (entries, fetch, soft) -> _TaskPlan
+        plan = plans.get(key)
+    if plan is not None and plan.current():
+        return plan
+    plan = _TaskPlan(server, loads(nodes_buffer), [int(i) for i in fetch], soft)
+    with _VARIABLES_LOCK:
+        plans.pop(key, None)
+        while len(plans) >= PLANS_KEPT:
+            plans.pop(next(iter(plans)))
+        plans[key] = plan
+    return plan
 
 
 @handler("partition", inline=False)
 def _partition(server, msg):
-    """Run this task's nodes of a graph. Body: ``run`` (id), ``feeds`` {node: buffer}, ``fetch``
-    [node], ``soft`` (allow soft placement); buffer 0: the pickled nodes, each
-    ``(index, op, attrs, inputs, name, source, device, send_to, recv_from)``."""
-    ex, device, Tensor = _engine()
-    from ..core.config import logical_device_count
+    """Run this task's part of a graph. Body: ``run`` (id), ``feeds`` {node: buffer}, ``fetch``
+    [node], ``soft`` (allow soft placement), ``ids`` {task: server id} (where sends go),
+    ``timeout``; buffer 0: the pickled entries (cluster/partition.py): ``("feed", index, name,
+    shape, dtype)``, ``("recv", index, name, source, shape, dtype, from task)`` and ``("op",
+    index, op, attrs, inputs, control inputs, name, source, device, send to)``."""
+    from .sendrecv import RunContext, running
 
     body, store = msg.body, server.store
     run = body["run"]
-    nodes = loads(msg.buffers[0])
-    timeout = body.get("timeout", RECV_TIMEOUT)
-    env = {int(i): msg.buffers[b] for i, b in body.get("feeds", {}).items()}
-    peers = None
+    ctx = RunContext(server, run, body.get("timeout", RECV_TIMEOUT), body.get("ids"))
+    plan = None
     try:
-        for index, op_name, attrs, ins, name, source, dev, send_to, recv_from in nodes:
-            if recv_from is not None:
-                env[index] = _wait(server, run, f"{run}/{index}", recv_from, timeout)
-            elif index not in env:
-                op = ex.get_op(op_name)
-                start = _events.now()
-                kind, _, number = dev.rpartition(":")
-                if body.get("soft") and int(number) >= logical_device_count(kind.rpartition(":")[2]):
-                    dev = "/device:CPU:0"
-                try:
-                    with device(dev):
-                        out = ex.execute(op, [Tensor(env[i]) for i in ins], _attrs(server, attrs, op_name))
-                except Exception as e:
-                    raise ClusterError(f"node {name} ({op_name}, made at {source}) failed on {server.name}"
-                                       f"{dev}: {_where(server, e, dev, op_name)}") from None
-                _mark_initialized(server, op_name, attrs)
-                env[index] = out._value
-                server.log.record("op", name, start, _events.now(), bytes=_nbytes(out._value), task=server.name,
-                                  rank=server.task_index, device=dev, run=run)
-            for to in send_to:
-                if peers is None:
-                    peers = server.peers()
-                want = body.get("ids", {}).get(to)   # a task restarted on its address has a new server id
-                if to not in peers or (want is not None and peers.server_id(to) != want):
-                    peers.add(to, server.spec.address_of(to), server_id=want)
-                value = _host(env[index])
-                start = _events.now()
-                peers.request(to, "value", {"key": f"{run}/{index}", "name": name, "from_task": server.name,
-                                            "sent": start}, [value], timeout=timeout)
-                server.log.record("send", name, start, _events.now(), bytes=_nbytes(value), task=server.name,
-                                  rank=server.task_index, peer=to, run=run)
+        plan = _task_plan(server, msg.buffers[0], body.get("fetch", ()), body.get("soft"))
+        feeds = {int(i): msg.buffers[b] for i, b in body.get("feeds", {}).items()}
+        with running(ctx):
+            fetched = plan.plan(*[feeds[i] for i in plan.feeds])
     finally:
-        for index, *_, recv_from in nodes:
-            if recv_from is not None:
-                store.pop(f"{run}/{index}")
+        for index in plan.recvs if plan is not None else ():
+            store.pop(f"{run}/{index}")
         store.pop(f"abort/{run}")
-    fetched = [_host(env[int(i)]) for i in body.get("fetch", ())]
-    return Reply({}, fetched)
+    return Reply({}, [_host(v) for v in fetched])
 
 
 def owner_of(device: str) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.execute import Call
-from ..core.graph import GraphTensor
+from ..core.graph import READ, GraphTensor
 from ..core.ops import math_ops
 from ..core.tensor import Tensor
 from ..core.tensor import Variable as _CoreVariable
@@ -65,7 +65,7 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None, uncon
             g = grads.get(id(node))
             if g is None or id(node) not in reached:
                 continue
-            if node.op.name == "read":
+            if node.op is READ:
                 variable = node.attrs["variable"]
                 if id(variable) in var_sources:
                     _accumulate(var_grads, id(variable), g)
@@ -135,7 +135,7 @@ def _depends_on_sources(nodes, sources, var_sources, stops):
     for node in nodes:
         if id(node) in stops:
             continue
-        if id(node) in sources or (node.op.name == "read" and id(node.attrs["variable"]) in var_sources) \
+        if id(node) in sources or (node.op is READ and id(node.attrs["variable"]) in var_sources) \
                 or any(id(t.node) in reached for t in node.inputs):
             reached.add(id(node))
     return reached

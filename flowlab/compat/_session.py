@@ -33,7 +33,7 @@ from ..core.device import RemoteDeviceError, resolve
 from ..core.errors import InvalidArgumentError
 from ..core.executor import compile_plan
 from ..core.graph import Graph as _CoreGraph
-from ..core.graph import GraphTensor, Node
+from ..core.graph import ASSIGN, GraphTensor, Node
 from ..core.tensor import readonly_numpy
 from ..core.tensor import Tensor
 from ..core.tensor import Variable as _CoreVariable
@@ -90,7 +90,7 @@ class _Compiled:
             if not isinstance(v, Variable):
                 continue
             variables[id(v)] = v
-            if node.op.name == "assign" and node.attrs.get("mode") == "set":
+            if node.op is ASSIGN and node.attrs.get("mode") == "set":
                 set_so_far.add(id(v))
                 sets.append(v)
             elif id(v) not in set_so_far:

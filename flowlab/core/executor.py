@@ -8,6 +8,8 @@ folding, common subexpressions, dead nodes, elementwise fusion, buffer reuse). W
 an interpreter runs the optimized nodes one by one so that errors name the node and the line that
 created it. When a debug hook is active (numerics checks), it interprets the nodes as traced, so
 that hooks see every op the user wrote, by name, and tensors that no later op writes into.
+``around(node, kernel) -> kernel``: every node (constants too) calls what it returns, errors pass
+unchanged (a cluster task's partition: an event per op, errors naming the task; no debug hooks).
 """
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ __all__ = ["compile_plan", "Plan"]
 class Plan:
     """The nodes to run, in order, to compute ``fetches`` from ``feeds``."""
 
-    def __init__(self, graph, fetches, feeds, run_stateful, passes=DEFAULT_PASSES):
-        self.graph, self.fetches, self.feeds = graph, list(fetches), list(feeds)
+    def __init__(self, graph, fetches, feeds, run_stateful, passes=DEFAULT_PASSES, around=None):
+        self.graph, self.fetches, self.feeds, self._around = graph, list(fetches), list(feeds), around
         stateful = [n for n in graph.nodes if n.op.stateful] if run_stateful else ()
         # a traced function runs every side effect it made, in program order
         self.nodes = graph.nodes_for(self.fetches, self.feeds, also=stateful)
@@ -52,15 +54,15 @@ class Plan:
         for n in self.nodes:
             var = f"v{n.index}"
             name[id(n)] = var
-            if n.op is CONST:
+            if n.op is CONST and self._around is None:
                 ns[f"c{n.index}"] = n.attrs["value"]
                 name[id(n)] = f"c{n.index}"
                 continue
-            if n.op is READ:
+            if n.op is READ and self._around is None:
                 ns[f"V{n.index}"] = n.attrs["variable"]
                 lines.append(f"    {var} = V{n.index}._value")
                 continue
-            ns[f"k{n.index}"] = _kernel(n)
+            ns[f"k{n.index}"] = _kernel(n) if self._around is None else self._around(n, _kernel(n))
             args = ", ".join(name[id(t.node)] for t in n.inputs)
             if n.attrs:   # keyword arguments bound to names: no dict to unpack on each call
                 keywords = []
@@ -196,7 +198,12 @@ def _kernel(node):
     return kernel_for_device(node.op, where)
 
 
-def compile_plan(graph, fetches, feeds=(), run_stateful=True, passes=DEFAULT_PASSES) -> Plan:
+class _AroundPlan(Plan):
+    def __call__(self, *arrays):   # no debug hooks, no error rewriting: ``around`` does its own
+        return self._run(*arrays)
+
+
+def compile_plan(graph, fetches, feeds=(), run_stateful=True, passes=DEFAULT_PASSES, around=None) -> Plan:
     """A runnable plan for ``fetches`` given values for ``feeds`` (placeholders or any tensor),
-    optimized by ``passes`` (``passes=()``: run the nodes as traced)."""
-    return Plan(graph, fetches, feeds, run_stateful, passes)
+    optimized by ``passes`` (``passes=()``: run the nodes as traced); ``around``: see above."""
+    return (Plan if around is None else _AroundPlan)(graph, fetches, feeds, run_stateful, passes, around)
