@@ -41,8 +41,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..cluster.collectives.ops import ALLGATHER, ALLREDUCE, BROADCAST, attrs_for
+from ..core import name_scope
 from ..core.interpreters import current_graph
 from ..core.execute import execute
+from ..core.graph import READ
 from .reduce_op import ReduceOp
 from .values import PerReplica
 
@@ -170,7 +172,7 @@ class TraceStep:
                                      f"replica {i if g is None else 0} but not in replica {0 if g is None else i}")
         from ..core.device import device
         live = [j for j, (g, _) in enumerate(first) if g is not None]
-        with device("/cpu:0" if s._central else s._devices[0]), _scope("all_reduce/"):
+        with device("/cpu:0" if s._central else s._devices[0]), name_scope("all_reduce/"):
             summed = []
             for j in live:
                 total = slot[0][2][j][0]
@@ -191,7 +193,7 @@ class TraceStep:
                              f"({dict(enumerate(self.calls))}); every replica must make the same calls")
         nodes = current_graph().nodes
         for i, k, start, updated in self.deferred:
-            stale = [n for n in nodes[start:ends[i]] if n.op.name == "read" and id(n.attrs["variable"]) in updated]
+            stale = [n for n in nodes[start:ends[i]] if n.op is READ and id(n.attrs["variable"]) in updated]
             if stale:
                 names = sorted({n.attrs["variable"].name for n in stale})
                 raise NotImplementedError(
@@ -206,11 +208,6 @@ def _add_op():
     return get_op("add")
 
 
-def _scope(name):
-    graph = current_graph()
-    return graph.name_scope(name)
-
-
 def run_traced(strategy, fn, args, kwargs):
     """``strategy.run(fn, args, kwargs)`` while tracing (see the module docstring)."""
     if strategy._no_traced_run:
@@ -221,7 +218,7 @@ def run_traced(strategy, fn, args, kwargs):
     for i in range(n):
         replica = strategy.worker_index * n + i       # its replica_id_in_sync_group
         try:
-            with _scope(f"replica_{replica}"):
+            with name_scope(f"replica_{replica}"):
                 results.append(strategy._call(fn, i, step, args, kwargs))
             ends.append(len(current_graph().nodes))
         except Exception as e:
@@ -241,7 +238,7 @@ def reduce_traced(strategy, reduce_op, value, axis):
     op = ReduceOp.of(reduce_op)
     parts = [fl.convert_to_tensor(v) for v in strategy.experimental_local_results(value)]
     dtype = parts[0].dtype
-    with _scope("reduce"):
+    with name_scope("reduce"):
         if axis is None:
             total = parts[0]
             if op is ReduceOp.MEAN and not dtype.is_floating:

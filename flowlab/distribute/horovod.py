@@ -75,7 +75,8 @@ def shutdown() -> None:
         _comm = None
 
 
-def _group():
+def process_group():
+    """The communicator hvd.init() made (or this thread's); ValueError before hvd.init()."""
     comm = getattr(_tls, "comm", None) or _comm
     if comm is None:
         raise ValueError("Horovod has not been initialized: call hvd.init() first")
@@ -84,12 +85,12 @@ def _group():
 
 def rank() -> int:
     """This process's rank, 0 .. size() - 1."""
-    return _group().rank
+    return process_group().rank
 
 
 def size() -> int:
     """How many ranks take part."""
-    return _group().size
+    return process_group().size
 
 
 def _env_int(names, default):
@@ -128,7 +129,7 @@ def is_homogeneous() -> bool:
 def mpi_threads_supported() -> bool:
     """Does the MPI library in use allow calls from several threads? False unless this process
     runs under ``mpiexec`` with an MPI that gives MPI_THREAD_MULTIPLE."""
-    comm = _group()
+    comm = process_group()
     if type(comm).__name__ != "MPICommunicator":
         return False
     from mpi4py import MPI
@@ -147,7 +148,7 @@ def mpi_built() -> bool:
 
 def mpi_enabled() -> bool:
     """Do this group's collectives run over MPI (under ``mpiexec``)?"""
-    return type(_group()).__name__ == "MPICommunicator"
+    return type(process_group()).__name__ == "MPICommunicator"
 
 
 def gloo_built() -> bool:
@@ -185,7 +186,7 @@ def join(device=-1) -> int:
     rank to join, which flowlab does not track). Unlike Horovod, a rank waiting in ``join()`` does
     not stand in for the collectives that other ranks still run, so uneven data would time out:
     give every rank the same number of steps (``dataset.take(N // hvd.size())``)."""
-    comm = _group()
+    comm = process_group()
     if comm.size > 1:
         _collectives().barrier(comm=comm)
     return 0
@@ -243,7 +244,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     graph = _graph_of(tensor)
     if graph is None and not _is_tensor(tensor) and prescale_factor == 1.0 and postscale_factor == 1.0 \
             and compression in (None, Compression.none):     # numpy arrays and numbers keep their type
-        return _collectives().allreduce(tensor, op=_REDUCTIONS[op], comm=_group())
+        return _collectives().allreduce(tensor, op=_REDUCTIONS[op], comm=process_group())
     with _building(graph):
         t = _as_tensor(tensor, "hvd.allreduce")
         if prescale_factor != 1.0:
@@ -264,7 +265,7 @@ def allgather(tensor, name=None, ignore_name_scope=False):
     first dimensions that differ)."""
     graph = _graph_of(tensor)
     if graph is None and not _is_tensor(tensor):     # numpy arrays and numbers keep their type
-        return _collectives().allgather(tensor, comm=_group())
+        return _collectives().allgather(tensor, comm=process_group())
     with _building(graph):
         t = _as_tensor(tensor, "hvd.allgather")
         from ._traced import cross_process_gather
@@ -276,7 +277,7 @@ def broadcast(tensor, root_rank: int = 0, name=None, ignore_name_scope=False):
     _check_root(root_rank, "hvd.broadcast")
     graph = _graph_of(tensor)
     if graph is None and not _is_tensor(tensor):     # numpy arrays and numbers keep their type
-        return _collectives().broadcast(tensor, root=root_rank, comm=_group())
+        return _collectives().broadcast(tensor, root=root_rank, comm=process_group())
     with _building(graph):
         t = _as_tensor(tensor, "hvd.broadcast")
         return _cross_process_reduce(_Ranks("hvd.broadcast"), [t], "broadcast", root_rank)[0]
@@ -299,7 +300,7 @@ def broadcast_variables(variables, root_rank: int = 0):
         if not isinstance(v, Variable):
             raise TypeError(f"hvd.broadcast_variables: expected variables, got {type(v).__name__} "
                             f"({v!r}); pass model.variables or optimizer.variables()")
-    if not variables or _group().size == 1:
+    if not variables or process_group().size == 1:
         return None
     from ..core import current_graph
     from ..core.graph import Graph
@@ -347,14 +348,14 @@ class _Ranks:
 
     _algorithm = "ring"
     _timeout = None
-    _comm_source = staticmethod(_group)      # looked up each time the collective runs
+    _comm_source = staticmethod(process_group)      # looked up each time the collective runs
 
     def __init__(self, where):
         self._where = where
 
     @property
     def _comm(self):
-        return _group()
+        return process_group()
 
     def _collective_note(self):
         return f"in {self._where}, on rank {rank()} of {size()}"
@@ -404,7 +405,7 @@ def _reduce_gradients(grads, op, compression, group):
     Eagerly the all-reduce runs now; while ``@fl.function`` traces (or a compat.v1 graph is built)
     it is a node of the graph, run with every step (the same ops, so the same bits)."""
     out = list(grads)
-    if _group().size == 1:
+    if process_group().size == 1:
         return out
     live = [i for i, g in enumerate(out) if g is not None]
     if not live:

@@ -44,8 +44,7 @@ import warnings
 
 import numpy as np
 
-from ..data import Dataset
-from ..data._autoshard import auto_shard
+from ..data import Dataset, auto_shard
 from ..data.options import AutoShardPolicy
 from .values import PerReplica, flatten, map_structure
 

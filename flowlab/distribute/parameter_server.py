@@ -25,7 +25,7 @@ and a :class:`ClusterCoordinator` in this process schedules steps on the workers
 - ``coordinator.join()`` waits for every scheduled step and refreshes this process's copies of
   the variables from the ps tasks (``strategy.pull()`` does that alone).
 - ``Model.fit`` of a model compiled in ``scope()`` schedules each batch's step on a worker the same
-  way (``fit_coordinator()``; see ``ScheduledStep`` in flowlab/nn/keras/_distributed.py), with at
+  way (``fit_coordinator()``; see ``ScheduledStep`` in flowlab/distribute/keras_fit.py), with at
   most one step per worker in flight, and pulls the weights at the end of each epoch; evaluate
   and predict run here, on the pulled weights. A metric's variables stay in this process.
 - A worker that dies while it runs a step loses no step: when the step's result is fetched, the
@@ -65,7 +65,7 @@ class _PSState:
 def _ps_install():
     from ..cluster.server import current_server
     srv = current_server()
-    st = srv._ps_state = getattr(srv, "_ps_state", None) or _PSState()
+    st = srv.state(__name__, _PSState)
     srv.register("ps_create", lambda s, m: _ps_create(st, m), inline=True)
     srv.register("ps_read", lambda s, m: _ps_read(st, m), inline=True)
     srv.register("ps_push", lambda s, m: _ps_push(st, m), inline=True)
@@ -125,7 +125,6 @@ class ParameterServerStrategy(Strategy):
     with ``ps >= 1``); see the module docstring. On a worker, inside a scheduled step, it is the
     strategy of that one replica."""
 
-    _schedules_steps = True     # Model.fit schedules each step on a worker (nn/keras/_distributed.py)
     _no_traced_run = (
         "ParameterServerStrategy pushes each step's gradients to the ps tasks as it runs, eagerly, so its "
         "steps cannot be traced whole. Schedule a plain Python step function with ClusterCoordinator.schedule, "
@@ -176,6 +175,14 @@ class ParameterServerStrategy(Strategy):
     def worker_tasks(self) -> tuple:
         """The worker tasks that run scheduled steps."""
         return tuple(self._workers)
+
+    def fit_step(self, model, kind: str, specs):
+        """``Model.fit`` schedules each train step on a worker (:class:`.keras_fit.ScheduledStep`);
+        evaluate runs the model's own step here."""
+        if kind != "train":
+            return None
+        from .keras_fit import ScheduledStep
+        return ScheduledStep(model, self, len(specs))
 
     def fit_coordinator(self) -> "ClusterCoordinator":
         """The coordinator ``Model.fit`` schedules its steps with (one per strategy)."""

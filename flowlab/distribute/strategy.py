@@ -32,6 +32,7 @@ import numpy as np
 
 from ..core.backends import to_numpy
 from ..core.tensor import variable_creator_scope
+from ..nn.keras.distribution import set_scope_hook
 from ..nn.optimizers import set_replica_hook
 from ..nn.replica_losses import compute_average_loss, set_replica_hook as set_loss_replica_hook  # noqa: F401
 from ._traced import TraceStep, reduce_traced, run_traced
@@ -306,6 +307,40 @@ class Strategy:
         from .input import DistributedDatasetFromFunction
         return DistributedDatasetFromFunction(dataset_fn, self)
 
+    # -- what Model.fit asks of a strategy (flowlab.nn.keras.distribution.FitStrategy) ----------
+    def fit_step(self, model, kind: str, specs):
+        """fit's (``kind="train"``) or evaluate's (``"test"``) step over the replicas, for batches of
+        arrays shaped ``specs``: see :mod:`.keras_fit`. None with one replica: the model's own step."""
+        if self.num_replicas_in_sync <= 1:
+            return None
+        from .keras_fit import step_for
+        return step_for(self, model, kind, specs)
+
+    def chief_int(self, value: int) -> int:
+        """Worker 0's ``value`` on every worker (a broadcast when there are several)."""
+        if self._num_workers <= 1:
+            return int(value)
+        from ..cluster.collectives import broadcast
+        out = broadcast(np.array([int(value)], np.int64), root=0, comm=self._comm, algorithm=self._algorithm,
+                        timeout=self._timeout)
+        return int(np.asarray(out).reshape(-1)[0])
+
+    def gather_rows(self, row) -> np.ndarray:
+        """Every worker's float64 ``row`` (all the same length), one row per worker in worker order:
+        shape ``(num_workers, len(row))``. A collective: every worker calls it at the same point."""
+        row = np.ascontiguousarray(row, np.float64).reshape(1, -1)
+        if self._num_workers <= 1:
+            return row
+        from ..cluster.collectives import allgather
+        out = allgather(row, comm=self._comm, algorithm=self._algorithm, timeout=self._timeout)
+        return np.asarray(out).reshape(self._num_workers, row.shape[1])
+
+    def reduce_logs(self, logs: dict) -> dict:
+        """Each log averaged over the workers with :meth:`reduce`, in the same order on every worker."""
+        from ..core.tensor import convert_to_tensor
+        return {k: float(self.reduce("mean", convert_to_tensor(np.float32(v)), axis=None).numpy())
+                for k, v in logs.items()}
+
     # -- the synchronous update (called by optimizer.apply_gradients in replica context) --------
     def _apply_in_replica(self, ctx, optimizer, apply, grads_and_vars):
         pairs = list(grads_and_vars)
@@ -442,6 +477,4 @@ def _scope_strategy():
     return get_strategy() if has_strategy() else None
 
 
-from ..nn.keras import _distributed as _keras_distributed  # noqa: E402
-
-_keras_distributed.set_strategy_hook(_scope_strategy)
+set_scope_hook(_scope_strategy)

@@ -44,7 +44,7 @@ def _comm():
     """The group elastic states sync over: hvd.init()'s, else the current communicator."""
     from ..distribute import horovod
     if horovod.is_initialized():
-        return horovod._group()
+        return horovod.process_group()
     from ..cluster.collectives import current
     return current()
 

@@ -15,6 +15,7 @@ share no variables, only the collectives. Loaded on first use of those names (it
 from __future__ import annotations
 
 import flowlab.compat.v1 as _tf
+from flowlab.core.graph import READ
 from flowlab.distribute.horovod import broadcast_variables, size
 
 __all__ = ["broadcast_global_variables", "BroadcastGlobalVariablesHook"]
@@ -32,7 +33,7 @@ def broadcast_global_variables(root_rank: int = 0):
     with graph.as_default():
         start = len(graph.nodes)
         broadcast_variables(variables, root_rank)
-        updates = [n for n in graph.nodes[start:] if n.op.stateful and n.op.name != "read"]
+        updates = [n for n in graph.nodes[start:] if n.op.stateful and n.op is not READ]
         return _tf.group(*updates, name="broadcast_global_variables") if updates else \
             _tf.no_op(name="broadcast_global_variables")
 

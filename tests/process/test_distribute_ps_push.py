@@ -36,7 +36,7 @@ def _stats(cluster, strategy):
 
 def _forget_optimizers():
     from flowlab.cluster.server import current_server
-    current_server()._ps_state.optimizers.clear()
+    current_server().state("flowlab.distribute.parameter_server").optimizers.clear()
 
 
 @pytest.mark.parametrize("workers", [1, 2])

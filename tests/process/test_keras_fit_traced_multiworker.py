@@ -25,7 +25,7 @@ def train_fit(run_eagerly):
     """fit then evaluate under MultiWorkerMirroredStrategy, from worker 0's random weights."""
     import flowlab as fl
     from flowlab import distribute as ds
-    from flowlab.nn.keras import _distributed
+    from flowlab.distribute.keras_fit import TracedStep
     strategy = ds.MultiWorkerMirroredStrategy()
     fl.random.set_seed(100 + strategy.worker_index)
     with strategy.scope():
@@ -36,7 +36,7 @@ def train_fit(run_eagerly):
     history = model.fit(x, y, batch_size=12, epochs=3, verbose=0, shuffle=False)
     result = model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)
     steps = {k[1]: v for k, v in model._functions.items() if k[0] == "distributed"}
-    traces = {kind: s.trace_count for kind, s in steps.items() if isinstance(s, _distributed.TracedStep)}
+    traces = {kind: s.trace_count for kind, s in steps.items() if isinstance(s, TracedStep)}
     return (strategy.num_replicas_in_sync, initial, [v.numpy() for v in model.trainable_variables],
             history.history, result, traces)
 

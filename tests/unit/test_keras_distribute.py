@@ -76,12 +76,12 @@ def test_fit_mirrored_shuffled_eager_and_validation(cpus):
 
 def test_fit_without_a_strategy_records_none(cpus):
     model = _build()
-    assert model._distribute_strategy is None
+    assert model.distribute_strategy is None
     cpus(2)
     s = ds.MirroredStrategy()
     with s.scope():
         model = _build()
-    assert model._distribute_strategy is s
+    assert model.distribute_strategy is s
 
 
 def test_fit_uneven_split_matches_one_replica(cpus):

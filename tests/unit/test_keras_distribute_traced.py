@@ -7,7 +7,7 @@ import pytest
 import flowlab as fl
 from flowlab import distribute as ds
 from _distribute_helpers import keras_regressor, keras_regressor_for, regression_data
-from flowlab.nn.keras import _distributed
+from flowlab.distribute.keras_fit import TracedStep
 
 
 def _data(n=48):
@@ -53,8 +53,8 @@ def _close(got, ref, rtol=2e-5):
 
 def _assert_traced(model, strategy, train_traces, test_traces):
     steps = _steps(model)
-    assert isinstance(steps["train"], _distributed.TracedStep)
-    assert isinstance(steps["test"], _distributed.TracedStep)
+    assert isinstance(steps["train"], TracedStep)
+    assert isinstance(steps["test"], TracedStep)
     assert steps["train"].trace_count == train_traces
     assert steps["test"].trace_count == test_traces
     assert getattr(strategy, "_pool", None) is None      # no replica thread ever ran: strategy.run was traced
@@ -83,7 +83,7 @@ def test_traced_fit_matches_the_eager_path(cpus, n):
     cpus(n)
     eager_strategy = ds.MirroredStrategy()
     eager_model, eager = _fit(eager_strategy, w, run_eagerly=True, shuffle=False)
-    assert not any(isinstance(s, _distributed.TracedStep) for s in _steps(eager_model).values())
+    assert not any(isinstance(s, TracedStep) for s in _steps(eager_model).values())
     assert eager_strategy._pool is not None                 # the eager path runs the replicas on threads
     strategy = ds.MirroredStrategy()
     model, traced = _fit(strategy, w, shuffle=False)
@@ -164,7 +164,7 @@ def test_a_strategy_that_refuses_tracing_keeps_the_eager_step(cpus):
     strategy._no_traced_run = "this strategy's steps are eager"
     model, got = _fit(strategy, w, shuffle=False)
     _close(got, ref)
-    assert not any(isinstance(s, _distributed.TracedStep) for s in _steps(model).values())
+    assert not any(isinstance(s, TracedStep) for s in _steps(model).values())
     assert strategy._pool is not None
 
 
@@ -181,7 +181,7 @@ def test_train_on_batch_is_traced(cpus):
     np.testing.assert_allclose(got, ref, rtol=2e-5)
     for a, b in zip(ref_model.trainable_variables, model.trainable_variables):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=2e-5, atol=2e-6)
-    assert isinstance(_steps(model)["train"], _distributed.TracedStep)
+    assert isinstance(_steps(model)["train"], TracedStep)
 
 
 def test_many_batch_shapes_warn_once_and_still_match(cpus):

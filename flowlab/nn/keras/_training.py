@@ -13,10 +13,10 @@ them (:class:`_Feed`): from one stream that goes on across epochs, so a repeatin
 each epoch; data that runs out ends the loop early with a warning that says how many batches it
 gave. A dataset that repeats forever needs a number of steps: without one, a clear error.
 
-A model compiled in a distribution strategy's scope (with more than one replica) trains and
-evaluates through :mod:`._distributed` instead: one ``@fl.function`` per step around
-``strategy.run`` (one trace per global batch shape), or eager steps around it with
-``run_eagerly=True``.
+A model compiled in a distribution strategy's scope trains and evaluates with the step that
+strategy gives (``strategy.fit_step``: one ``@fl.function`` per step around ``strategy.run``, eager
+steps around it, or steps scheduled on workers), and asks it for the chief, the shared seed and the
+logs over the workers: the protocol in :mod:`.distribution`, which the strategies implement.
 """
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from ...core.function import ConcreteFunction, TensorSpec, function
 from ...core.ops import array_ops
 from ...core.tensor import convert_to_tensor
 from ...data import INFINITE_CARDINALITY
-from . import _data, _distributed
+from . import _data
+from .distribution import FitStep, is_chief, strategy_of
 from ...core.interpreters import init_scope
 from .callbacks import BatchLogs, Callback, CallbackList, History, ModelCheckpoint, ProgbarLogger
 from .progress import ProgressBar
@@ -102,22 +103,17 @@ def _runner(model, kind, batch, what, data=None):
         raise _data._error(what, "no targets: give y, or a dataset whose elements are (x, y)")
     specs = _data.specs_of(batch[:1] if kind == "predict" else batch)
     shape, dtype = specs[0]
-    scheduler = _distributed.scheduler_of(model) if kind == "train" else None
-    if scheduler is not None:      # steps scheduled on the workers of a parameter-server strategy
-        with scheduler.scope():
-            model._ensure_built(shape, np.dtype(dtype).name)
-        key = ("scheduled", tuple((tuple(s), np.dtype(d).str) for s, d in specs))
-        if key not in model._functions:
-            model._functions[key] = _distributed.ScheduledStep(model, scheduler, len(specs))
-        return model._functions[key]
-    strategy = _distributed.strategy_of(model) if kind != "predict" else None
-    if strategy is not None:       # strategy.run traced whole, or eager around it; see _distributed
-        with strategy.scope():
-            model._ensure_built(shape, np.dtype(dtype).name)
+    strategy = model.distribute_strategy if kind != "predict" else None
+    if strategy is not None:       # the strategy's own step (see .distribution), or None: the model's
         key = ("distributed", kind, tuple((tuple(s), np.dtype(d).str) for s, d in specs))
-        if key not in model._functions:
-            model._functions[key] = _distributed.runner(model, strategy, kind, specs)
-        return model._functions[key]
+        step = model._functions.get(key)
+        if step is None:
+            step = strategy.fit_step(model, kind, specs)
+        if step is not None:
+            with strategy.scope():
+                model._ensure_built(shape, np.dtype(dtype).name)
+            model._functions[key] = step
+            return step
     model._ensure_built(shape, np.dtype(dtype).name)
     run = _step_function(model, kind, specs)
     return _unchecked(run) if isinstance(data, _data.ArrayData) and not model.run_eagerly else run
@@ -150,7 +146,7 @@ def _worker_logs(strategy, logs) -> dict:
     """{name: [each worker's value]} of this epoch's logs before they are averaged over the workers
     (every worker calls this at the same point: it is a collective)."""
     names = list(logs)
-    rows = _distributed.gather_rows(strategy, [logs[k] for k in names])
+    rows = strategy.gather_rows([logs[k] for k in names])
     return {k: [float(v) for v in rows[:, i]] for i, k in enumerate(names)}
 
 
@@ -266,7 +262,7 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
         val = _validation(validation_data, validation_batch_size or batch_size)
     epochs, initial_epoch = int(epochs), int(initial_epoch)
     feed = _Feed(data, steps_per_epoch, epochs, "fit", "steps_per_epoch")
-    strategy = _distributed.strategy_of(model)
+    strategy = strategy_of(model)
     if strategy is not None:        # in the scope: with several workers, they all start from worker 0's weights
         with strategy.scope():
             _ensure_built(model, data)
@@ -274,7 +270,7 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
         _ensure_built(model, data)
     run = None
 
-    chief = _distributed.is_chief(strategy)
+    chief = is_chief(strategy)
     mode = _progress_mode(verbose) if chief else None
     history = History()
     cbs = list(callbacks or [])
@@ -304,7 +300,7 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
     first_epoch, first_step = int(state.epoch), int(state.step)
     seed = int(state.seed) if shuffled else None
     if strategy is not None and seed is not None:
-        seed = _distributed.shared_seed(strategy, seed)     # every worker shuffles alike
+        seed = strategy.chief_int(seed)     # every worker shuffles alike
         state.seed.assign(np.int64(seed))
     begin_hook, end_hook = cblist.wants("on_train_batch_begin"), cblist.wants("on_train_batch_end")
     metric_sources = {m.name: m.result for m in model.metrics}
@@ -330,8 +326,8 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
                 step += 1
                 if model.stop_training:
                     break
-            if isinstance(run, _distributed.ScheduledStep):
-                run.finish()           # the steps still running on the workers, then their weights here
+            if isinstance(run, FitStep):
+                run.finish()           # e.g. the steps still running on the workers, then their weights here
             if feed.ran_out:
                 feed.warn_ran_out(f"(in epoch {epoch + 1} of {epochs}, at step {step} of steps_per_epoch="
                                   f"{steps_per_epoch}; {steps_per_epoch * (epochs - initial_epoch)} batches wanted)")
@@ -341,9 +337,9 @@ def fit(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, v
                 params["steps"] = data.steps
             logs = _logs(_sources(model, out))
             if strategy is not None:
-                if getattr(strategy, "num_workers", 1) > 1:     # for the progress monitor: one allgather an epoch
+                if strategy.num_workers > 1:     # for the progress monitor: one allgather an epoch
                     params["worker_logs"] = _worker_logs(strategy, logs)
-                logs = _distributed.reduce_logs(strategy, logs)
+                logs = strategy.reduce_logs(logs)
             if val is not None and (epoch + 1) % int(validation_freq) == 0:
                 val_logs = _evaluate_data(model, val, what="fit (validation_data)", steps=validation_steps)
                 logs.update({f"val_{k}": v for k, v in val_logs.items()})
@@ -388,8 +384,8 @@ def _evaluate_data(model, data, callbacks=None, what="evaluate", steps=None, fee
     if feed.ran_out:
         feed.warn_ran_out(f"({'validation_steps' if what.startswith('fit') else 'steps'}={steps})", stacklevel=5)
     logs = _logs(_sources(model, out))
-    strategy = _distributed.strategy_of(model)
-    return _distributed.reduce_logs(strategy, logs) if strategy is not None else logs
+    strategy = strategy_of(model)
+    return strategy.reduce_logs(logs) if strategy is not None else logs
 
 
 def evaluate(model, x, y, batch_size, verbose, sample_weight, callbacks, steps=None):
@@ -401,7 +397,7 @@ def evaluate(model, x, y, batch_size, verbose, sample_weight, callbacks, steps=N
     feed = _Feed(data, steps, 1, "evaluate", "steps")
     cblist = CallbackList(callbacks or [], model, {"steps": feed.steps, "verbose": verbose})
     cblist.on_test_begin({})
-    chief = _distributed.is_chief(_distributed.strategy_of(model))     # only the chief prints
+    chief = is_chief(strategy_of(model))     # only the chief prints
     bar = ProgressBar(1, feed.steps, title="") if _progress_mode(verbose) and chief else None
     if bar is not None:
         bar.start().start_epoch(0)
@@ -448,8 +444,8 @@ def train_on_batch(model, x, y, sample_weight):
     for batch in data.batches():
         run = _runner(model, "train", batch, "train_on_batch")
         out = run(*batch)
-    if isinstance(run, _distributed.ScheduledStep):
-        run.finish()               # the step ran on a worker: its loss, and the new weights here
+    if isinstance(run, FitStep):
+        run.finish()               # e.g. the step ran on a worker: its loss, and the new weights here
     logs = _logs(_sources(model, out))
     values = list(logs.values())
     return values[0] if len(values) == 1 else values

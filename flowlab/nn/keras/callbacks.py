@@ -377,12 +377,12 @@ class BackupAndRestore(Callback):
         return hook == "on_train_batch_end" and self.save_freq != "epoch"
 
     def on_train_begin(self, logs=None):
-        from . import _distributed
+        from .distribution import is_chief, strategy_of
         model = self.model
         state = model._fit_state
-        strategy = _distributed.strategy_of(model)
+        strategy = strategy_of(model)
         self._strategy = strategy if strategy is not None and strategy.num_workers > 1 else None
-        self._chief = _distributed.is_chief(strategy)
+        self._chief = is_chief(strategy)
         parts = {"model": model, "optimizer": model.optimizer, "fit": state}
         self._rows = None
         if self._strategy is None:
@@ -402,7 +402,7 @@ class BackupAndRestore(Callback):
         else:
             self._manager = None               # a worker that is not the chief never writes the backup
         if self._strategy is not None:         # the chief's choice, so every worker restores the same backup
-            number = _distributed.chief_int(self._strategy, _backup_number(latest))
+            number = self._strategy.chief_int(_backup_number(latest))
             latest = os.path.join(self.backup_dir, f"backup-{number}") if number >= 0 else None
         self.restored_from = latest
         if latest is not None and not self._chief and not os.path.exists(_checkpoint_file(latest)):
@@ -431,9 +431,8 @@ class BackupAndRestore(Callback):
         state.epoch.assign(np.int64(epoch))
         state.step.assign(np.int64(step))
         if self._rows is not None:            # every worker's metrics, to the chief (a collective)
-            from . import _distributed
             mine = [np.asarray(v.numpy(), np.float64).reshape(-1) for v in self._metric_vars]
-            rows = _distributed.gather_rows(self._strategy, np.concatenate(mine) if mine else np.zeros(0))
+            rows = self._strategy.gather_rows(np.concatenate(mine) if mine else np.zeros(0))
             if self._chief:
                 self._rows.assign(rows)
         if self._manager is not None:

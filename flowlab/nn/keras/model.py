@@ -13,10 +13,11 @@ from ...core.graph import Graph
 from ...core.tape import GradientTape
 from .. import optimizers as _optimizers
 from ..checkpoint import Checkpoint
-from . import _distributed, _training
+from . import _training
 from . import losses as _losses
 from . import metrics as _metrics
 from .callbacks import FitState
+from .distribution import scope_strategy
 from .layers.base import InputLayer, Layer
 
 __all__ = ["Model", "Sequential"]
@@ -117,7 +118,13 @@ class Model(Layer):
         self._run_eagerly = bool(run_eagerly)
         self._functions = {}
         # fit and evaluate distribute over the strategy whose scope this compile runs in
-        self._distribute_strategy = _distributed.current_strategy()
+        self._distribute_strategy = scope_strategy()
+
+    @property
+    def distribute_strategy(self):
+        """The distribution strategy whose scope ``compile`` ran in (fit and evaluate distribute over it:
+        see :mod:`.distribution`), or None."""
+        return self._distribute_strategy
 
     def __getstate__(self):
         """A copy (e.g. shipped to a worker by a parameter-server fit) leaves the traced steps
