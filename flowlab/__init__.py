@@ -53,6 +53,6 @@ def __getattr__(name):
     from ._names import missing_attribute   # left out on purpose, TF1 (compat.v1), or a misspelling
     raise missing_attribute(__name__, name, [*globals(), *lazy])
 
-config._apply_default()
+config.apply_environment()
 from ._traceback import install as _install_traceback_filter  # noqa: E402
 _install_traceback_filter()   # inside a running IPython shell only: hide flowlab's frames from tracebacks

@@ -24,11 +24,13 @@ from __future__ import annotations
 import os
 import sys
 import types
+import weakref
 
 __all__ = ["install", "uninstall", "filter_traceback", "is_flowlab_frame", "set_enabled", "enabled"]
 
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _GENERATED = "<flowlab "          # code flowlab compiles itself (graph plans)
+_ORIGINALS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # our wrapper -> the shell's formatter
 _enabled = os.environ.get("FLOWLAB_TRACEBACK_FILTERING", "1").strip().lower() not in ("0", "false", "no", "off")
 NOTE = ("[{n} flowlab frame{s} hidden: fl.debugging.disable_traceback_filtering() shows them; "
         "%debug sees every frame]")
@@ -102,7 +104,7 @@ def _wrapper(original):
             stb = stb[:-1] + [note] + stb[-1:] if stb else [note]
         return stb
 
-    structured_traceback._flowlab_original = original
+    _ORIGINALS[structured_traceback] = original
     return structured_traceback
 
 
@@ -123,7 +125,7 @@ def install(shell=None) -> bool:
     current = getattr(formatter, "structured_traceback", None)
     if current is None:
         return False
-    if not getattr(current, "_flowlab_original", None):
+    if current not in _ORIGINALS:
         formatter.structured_traceback = _wrapper(current)
     return True
 
@@ -132,6 +134,7 @@ def uninstall(shell=None) -> None:
     """Put the shell's own formatter back."""
     shell = shell if shell is not None else _shell()
     formatter = getattr(shell, "InteractiveTB", None)
-    original = getattr(getattr(formatter, "structured_traceback", None), "_flowlab_original", None)
+    current = getattr(formatter, "structured_traceback", None)
+    original = _ORIGINALS.get(current) if current is not None else None
     if original is not None:
         formatter.structured_traceback = original

@@ -15,10 +15,12 @@ name below is imported from its module on first use.
   ones of this process, oldest first)
 - :mod:`.launch_form`: ``launcher()``, a form that starts a LocalCluster and becomes its panel
 - :mod:`.client`: ``Client`` (signed requests to tasks)
-- :mod:`.remote`: ``RemoteTensor``, eager ops placed on tasks; :mod:`.partition`: graphs split across
+- :mod:`.remote`: ``RemoteTensor``, eager ops placed on tasks (its ``RemoteInterpreter`` is registered
+  with core while a cluster is open); :mod:`.partition`: graphs split across
   tasks (what ``Session(target)`` runs); :mod:`.task_exec`: what a task does with both
 - :mod:`.magic`: the ``%%px`` cell magic (``%load_ext flowlab.cluster.magic``)
-- :mod:`.protocol`, :mod:`.transport`, :mod:`.inproc`: the wire format and its two transports
+- :mod:`.protocol`, :mod:`.transport`, :mod:`.inproc`: the wire format and its two transports;
+  :mod:`.schemes`: the registry that picks a transport by an address's scheme (tcp, inproc)
 - :mod:`.liveness`: heartbeats and the process watch; :mod:`.errors`: what goes wrong
 - :mod:`.collectives`: allreduce, broadcast, allgather, reduce_scatter, barrier (ring, tree, naive; MPI)
 """

@@ -36,6 +36,7 @@ import threading
 import time
 
 from . import events as _events
+from . import schemes as _schemes
 from .errors import (ClusterError, ClusterTimeoutError, Interrupted, ProtocolError, WorkerBusyError,
                      WorkerUnresponsiveError, describe_exit, remote_error)
 from .protocol import Pickled, Signer, Verifier, dumps, loads, new_id
@@ -138,12 +139,12 @@ def _where(outcome, pending) -> str:
 
 class Client:
     """Talks to tasks by name (``/job:worker/task:1``). ``key``: the cluster key;
-    ``transport``: as for Server; ``health``: ``health(task) -> exception or None``."""
+    ``transport``: as for Server (by default each task's transport is the one its address's scheme
+    names, see :mod:`.schemes`); ``health``: ``health(task) -> exception or None``."""
 
     def __init__(self, key, *, transport=None, health=None, name: str = "client", event_log=None):
-        from .server import _transport
         self.key = key
-        self.transport = _transport(transport, key)
+        self.transport = None if transport is None else _schemes.resolve(transport, key)   # None: by address
         self.id = new_id(name)
         self.health = health
         self.log = event_log if event_log is not None else _events.default_log()
@@ -179,7 +180,7 @@ class Client:
             old = self._peers.pop(task, None)
             if old is not None:
                 old.conn.close()
-            conn = self.transport.connect(address)
+            conn = (self.transport or _schemes.for_address(address, self.key)).connect(address)
             if self.health is not None and hasattr(conn, "check"):   # a blocked send asks it too
                 conn.check = _checker(self.health, task)
             peer = _Peer(task, address, conn, server_id, pid)

@@ -178,7 +178,7 @@ def control(server, body: dict) -> dict:
     record the change as a ``fault`` event in its log; returns what is set now."""
     from . import events
 
-    old = server._faults
+    old = server.faults
     if body.get("clear"):
         new = None
     else:
@@ -188,7 +188,7 @@ def control(server, body: dict) -> dict:
         new = Faults(pick["delay_ms"], pick["drop"], pick["corrupt"], seed)
         if not new.active:
             new = None
-    server._faults = new
+    server.faults = new
     now = events.now()
     state = new.describe() if new is not None else {"delay_ms": 0.0, "drop": 0.0, "corrupt": 0.0}
     shown = {k: state[k] for k in ("delay_ms", "drop", "corrupt")}

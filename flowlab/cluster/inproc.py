@@ -115,8 +115,9 @@ class _Connection:
 
 
 class InprocTransport:
-    """Listeners and connections inside this process (addresses ``inproc:N``)."""
-    name = "inproc"
+    """Listeners and connections inside this process (addresses ``inproc:N``, the scheme ``inproc``
+    of :mod:`.schemes`)."""
+    scheme = name = "inproc"
 
     def listen(self, host: str = "inproc", port: int = 0, tries: int = 1):
         with _registry_lock:

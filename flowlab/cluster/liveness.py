@@ -24,6 +24,7 @@ import time
 
 from .errors import (ClusterTimeoutError, ProtocolError, WorkerDiedError, WorkerPausedError,
                      WorkerUnresponsiveError, describe_exit)
+from . import schemes as _schemes
 from .protocol import Signer, Verifier, new_id
 from .unix import remove_if_dead
 
@@ -66,7 +67,7 @@ class Heartbeat:
 
     def __init__(self, transport, key, address: str, monitor_id: str, task: str, info: dict,
                  interval: float = 0.25):
-        self._conn = getattr(transport, "keyed", lambda k: transport)(key).connect(address)
+        self._conn = _schemes.keyed(transport, key).connect(address)
         self._signer = Signer(key, new_id("hb"))
         self._to, self.task, self.info, self.interval = monitor_id, task, info, interval
         self._stop = threading.Event()
@@ -117,10 +118,10 @@ class Monitor:
     listener, polls the processes it watches, and keeps each task's status."""
 
     def __init__(self, transport, key, *, interval: float = 0.25, timeout: float = 1.5, poll: float = 0.1):
-        transport = getattr(transport, "keyed", lambda k: transport)(key)   # a keyed TCP handshake
+        transport = _schemes.keyed(transport, key)   # a keyed TCP handshake
         self.transport, self.interval, self.timeout, self.poll = transport, interval, timeout, poll
         self.id = new_id("monitor")
-        self._listener = transport.listen("127.0.0.1" if transport.name == "zmq" else "inproc", 0)
+        self._listener = transport.listen(port=0)     # on the transport's own host: 127.0.0.1, inproc
         self.address = self._listener.address
         self._verifier = Verifier(key, self.id)
         if hasattr(self._listener, "check_with"):     # headers checked before buffers are received

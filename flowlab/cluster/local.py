@@ -29,6 +29,7 @@ import threading
 import time
 import weakref
 
+from . import schemes as _schemes
 from .client import Client
 from .errors import ClusterError, describe_exit
 from .liveness import Monitor, log_tail
@@ -283,12 +284,10 @@ class LocalCluster:
                  python: str | None = None):
         if workers < 1 or ps < 0:
             raise ValueError(f"a LocalCluster needs workers >= 1 and ps >= 0 (got workers={workers}, ps={ps})")
-        from .transport import ZmqTransport
-
         self._res = res = _Resources()
         self._finalizer = weakref.finalize(self, res.release)
         self._key = new_key()
-        self._transport = ZmqTransport()
+        self._transport = _schemes.get("tcp")   # its tasks listen on 127.0.0.1 (see schemes)
         self._port, self._heartbeat, self._start_timeout = port, heartbeat, start_timeout
         self._preload, self._python = list(preload), python
         self._env = {**os.environ, **(env or {})}

@@ -8,9 +8,8 @@ A message is a list of frames::
   ``struct`` (``<BQdHI``: the tag byte COMPACT = 2, ``seq``, ``t`` (UNIX time, float), the byte
   lengths of the next two parts), then three UTF-8 JSON texts back to back: the *route*
   ``[SENDER, RECEIVER, TYPE]``, the buffer descriptions ``[...]`` and the body ``{...}`` (the
-  message's own fields, to the end of the header). A receiver also reads the older *JSON header*,
-  one object ``{"v": 1, "type": ..., "from": ..., "to": ..., "seq": N, "t": T, "bufs": [...],
-  "body": {...}}`` (its first byte is "{"), so hand-made messages (tests, other tools) stay easy.
+  message's own fields, to the end of the header). It is the only header: a first byte other
+  than COMPACT is refused as malformed.
 - ``signature`` (the first 32 bytes of the first frame) is HMAC-SHA256 of the header bytes with
   the cluster's key (at least 16 random bytes), compared in constant time, as Jupyter signs its
   messages. Signature and header share one frame: one frame fewer to send and receive per message.
@@ -61,11 +60,10 @@ import time
 
 from .errors import ProtocolError
 
-__all__ = ["VERSION", "KEY_BYTES", "new_key", "Message", "Pickled", "Signer", "Verifier", "ReplayGuard",
+__all__ = ["COMPACT", "KEY_BYTES", "new_key", "Message", "Pickled", "Signer", "Verifier", "ReplayGuard",
            "dumps", "loads", "new_id"]
 
-VERSION = 1               # of the JSON header
-COMPACT = 2               # the first byte of a compact header (a JSON header starts with "{")
+COMPACT = 2               # the first byte of a header (the compact layout's tag: 1 was an older JSON one)
 KEY_BYTES = 32            # the key new_key() makes; a key must have at least 16 bytes
 TIME_WINDOW = 300.0       # seconds: a header older (or newer) than this is dropped
 REPLAY_WINDOW = 4096      # how far below a sender's highest seq a late message may still arrive
@@ -207,11 +205,6 @@ def _mac_factory(key):
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:*#")
 
 
-def _json_str(text: str) -> str:
-    """``text`` as a JSON string literal; ids and types are plain words, written without json."""
-    return f'"{text}"' if _SAFE.issuperset(text) else _dumps_json(text)
-
-
 def _body_json(body) -> str:
     """``body`` as JSON: a flat dict of word keys and ints, bools or words (a reply's ``re`` and
     ``ok``, an op's fields) is written directly, anything else by json."""
@@ -344,8 +337,7 @@ class Verifier:
         self.window = window
         self.guard = ReplayGuard()
         self._mac = _mac_factory(self.key)
-        self._heads: dict = {}    # JSON header's prefix (version, from, to, type) -> (type, from, to)
-        self._routes: dict = {}   # compact header's route text -> (type, from, to)
+        self._routes: dict = {}   # a header's route text -> (type, from, to)
         self._bufs: dict = {}     # a header's "bufs" text -> (descriptions, decoding plan)
 
     def _signed_header(self, first) -> bytes:
@@ -370,23 +362,19 @@ class Verifier:
         if msg is not None:
             return msg
         try:
-            if header[0] == COMPACT:
-                _, seq, t, lr, lb = _uncompact(header)
-                o = _COMPACT_SIZE + lr
-                route, descs, body = json.loads(header[_COMPACT_SIZE:o]), json.loads(header[o:o + lb]), \
-                    json.loads(header[o + lb:])
-                if route.__class__ is not list or len(route) != 3 or not all(r.__class__ is str for r in route):
-                    raise ValueError("the route is not [from, to, type]")
-                sender, to, type_ = route
-            else:
-                text = header.decode()
-                h, end = _scan(text, 0)
-                if end != len(text) or h["v"] != VERSION:
-                    raise ValueError("trailing data or wrong protocol version")
-                type_, sender, to, seq, t, descs, body = (h["type"], h["from"], h["to"], h["seq"], h["t"],
-                                                          h["bufs"], h["body"])
+            if header[0] != COMPACT:
+                raise ValueError(f"header tag {header[0]}, not {COMPACT} (the compact header)")
+            _, seq, t, lr, lb = _uncompact(header)
+            o = _COMPACT_SIZE + lr
+            route, descs, body = json.loads(header[_COMPACT_SIZE:o]), json.loads(header[o:o + lb]), \
+                json.loads(header[o + lb:])
+            if route.__class__ is not list or len(route) != 3 or not all(r.__class__ is str for r in route):
+                raise ValueError("the route is not [from, to, type]")
+            sender, to, type_ = route
             if descs.__class__ is not list:
                 raise ValueError("bufs is not a list")
+            if body.__class__ is not dict:
+                raise ValueError("the body is not an object")
         except (ValueError, KeyError, TypeError, StopIteration, struct.error) as e:
             raise ProtocolError(f"malformed header ({e.__class__.__name__}: {e})") from None
         if to not in self.me and not (to == "*" and type_ in self.anyone):
@@ -415,20 +403,18 @@ class Verifier:
         still checks the whole message."""
         header = self._signed_header(first)
         try:
-            if header[0] == COMPACT:
-                _, seq, t, lr, lb = _uncompact(header)
-                o = _COMPACT_SIZE + lr
-                head = self._routes.get(header[_COMPACT_SIZE:o]) or self._learn_route(header[_COMPACT_SIZE:o])
-                if head is None:
-                    raise ValueError("the route is not [from, to, type]")
-                type_, sender, to = head
-                bufs = self._bufs.get(header[o:o + lb]) or self._learn_bufs(header[o:o + lb])
-                if bufs is None:
-                    raise ValueError("bad buffer list")
-                descs = bufs[0]
-            else:
-                h = json.loads(header)
-                type_, sender, to, seq, t, descs = h["type"], h["from"], h["to"], h["seq"], h["t"], h["bufs"]
+            if header[0] != COMPACT:
+                raise ValueError(f"header tag {header[0]}, not {COMPACT} (the compact header)")
+            _, seq, t, lr, lb = _uncompact(header)
+            o = _COMPACT_SIZE + lr
+            head = self._routes.get(header[_COMPACT_SIZE:o]) or self._learn_route(header[_COMPACT_SIZE:o])
+            if head is None:
+                raise ValueError("the route is not [from, to, type]")
+            type_, sender, to = head
+            bufs = self._bufs.get(header[o:o + lb]) or self._learn_bufs(header[o:o + lb])
+            if bufs is None:
+                raise ValueError("bad buffer list")
+            descs = bufs[0]
             expected = [_desc_nbytes(d) for d in descs]
         except (ValueError, KeyError, TypeError, IndexError, struct.error) as e:
             raise ProtocolError(f"malformed header ({e.__class__.__name__}: {e})") from None
@@ -450,46 +436,23 @@ class Verifier:
     def _fast(self, header: bytes, frames):
         """The checked Message of a signed ``header`` read with what earlier messages taught (see
         the module's docstring); None (the caller parses it in full) for anything else, and for
-        anything that fails a check (the full parse then says why).
-
-        A compact header is cut by its packed lengths. A JSON header is cut at its fixed keys, as
-        :class:`Signer` once wrote it: ``PREFIX, "seq": DIGITS, "t": DIGITS.DIGITS, "bufs": BUFS,
-        "body": BODY}``, where PREFIX + "}" must be exactly the object {v, from, to, type} of this
-        version: together the pieces are one JSON object with these seven keys, so what passes
-        here is what the full parse would accept. The route (or PREFIX) and BUFS are learned once
-        each (parsed with json, checked, kept); BODY is parsed as one JSON value."""
-        if header[0] == COMPACT:
-            try:
-                _, seq, t, lr, lb = _uncompact(header)
-            except struct.error:
-                return None
-            o = _COMPACT_SIZE + lr
-            e = o + lb
-            head = self._routes.get(header[_COMPACT_SIZE:o])
+        anything that fails a check (the full parse then says why). The header is cut by its
+        packed lengths; the route and BUFS are learned once each (parsed with json, checked,
+        kept); BODY is parsed as one JSON value."""
+        if header[0] != COMPACT:
+            return None
+        try:
+            _, seq, t, lr, lb = _uncompact(header)
+        except struct.error:
+            return None
+        o = _COMPACT_SIZE + lr
+        e = o + lb
+        head = self._routes.get(header[_COMPACT_SIZE:o])
+        if head is None:
+            head = self._learn_route(header[_COMPACT_SIZE:o])
             if head is None:
-                head = self._learn_route(header[_COMPACT_SIZE:o])
-                if head is None:
-                    return None
-            bufs_b, body_b = header[o:e], header[e:]
-        else:
-            i = header.find(b', "seq": ')
-            if i <= 0:
                 return None
-            head = self._heads.get(header[:i])
-            if head is None:
-                head = self._learn_head(header[:i])
-                if head is None:
-                    return None
-            j = header.find(b', "t": ', i + 9)
-            k = header.find(b', "bufs": ', j + 7) if j > 0 else -1
-            m = header.find(b', "body": ', k + 10) if k > 0 else -1
-            if m < 0 or header[-1] != 125:                       # 125: "}"
-                return None
-            seq_b, t_b = header[i + 9:j], header[j + 7:k]
-            if not seq_b.isdigit() or not t_b.replace(b".", b"", 1).isdigit() or b"." not in t_b:
-                return None
-            seq, t = int(seq_b), float(t_b)
-            bufs_b, body_b = header[k + 10:m], header[m + 10:-1]
+        bufs_b, body_b = header[o:e], header[e:]
         bufs = self._bufs.get(bufs_b)
         if bufs is None:
             bufs = self._learn_bufs(bufs_b)
@@ -546,20 +509,6 @@ class Verifier:
         if len(self._routes) >= 256:
             self._routes.clear()
         head = self._routes[route] = (r[2], r[0], r[1])
-        return head
-
-    def _learn_head(self, prefix: bytes):
-        try:
-            h = json.loads(prefix + b"}")
-        except ValueError:
-            return None
-        if (h.__class__ is not dict or h.keys() != {"v", "from", "to", "type"} or h["v"] != VERSION
-                or h["v"].__class__ is not int
-                or not all(h[f].__class__ is str for f in ("from", "to", "type"))):
-            return None
-        if len(self._heads) >= 256:
-            self._heads.clear()
-        head = self._heads[prefix] = (h["type"], h["from"], h["to"])
         return head
 
     def _learn_bufs(self, text: bytes):

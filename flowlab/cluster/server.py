@@ -44,6 +44,7 @@ import traceback
 from collections.abc import Mapping
 
 from . import events as _events
+from . import schemes as _schemes
 from .errors import ClusterError, ProtocolError
 from .protocol import Pickled, Signer, Verifier, dumps, loads, new_id, new_key
 from .spec import ClusterSpec, parse_task, task_name
@@ -160,7 +161,9 @@ class Server:
     - ``bind``: the address to listen on; 127.0.0.1 unless given. A non-loopback address is
       reachable from other machines: flowlab warns, and only the key protects the server then.
     - ``port``: overrides the spec's port (0: any free port; ``port_tries`` > 1 skips ports in use).
-    - ``transport``: ``"zmq"`` (default) or ``"inproc"`` or a transport object.
+    - ``transport``: a scheme of :mod:`.schemes` (``"tcp"``, also called ``"zmq"``, or
+      ``"inproc"``) or a transport object; by default the one the scheme of this task's address
+      in the spec names (``inproc:3``: in-process), else TCP.
 
     ``protocol`` and ``config`` are accepted where TensorFlow has them; ``protocol`` is only a
     label (the transport decides), ``config`` is unused.
@@ -192,7 +195,7 @@ class Server:
             import warnings
             warnings.warn(f"{self.name} listens on {self.bind}, reachable from other machines; only the "
                           f"cluster key protects it", stacklevel=2)
-        self.transport = _transport(transport, self.key)
+        self.transport = _schemes.resolve(transport, self.key, _listed_address(spec, job_name, self.task_index))
         self.protocol = protocol or self.transport.name
         self.id = new_id("server")
         self.pid = os.getpid()
@@ -216,6 +219,7 @@ class Server:
         self._peers = None          # a Client to other tasks, made on first use
         self._faults = None         # injected faults (faults.Faults), set by a ``fault`` message
         self._code_cache: dict = {}
+        self._state: dict = {}      # name -> what another module keeps for this task (see state)
         if start:
             self.start()
 
@@ -294,6 +298,26 @@ class Server:
             from .client import Client
             self._peers = Client(self.key, transport=self.transport, name=f"peer{self.name}")
         return self._peers
+
+    def state(self, name: str, factory=dict):
+        """The per-task state that module ``name`` keeps on this server (its full module name, e.g.
+        ``"flowlab.cluster.collectives._gone"``), made by ``factory()`` on its first use and kept
+        while the server lives. This is the one place other modules keep state per task: they
+        never set attributes on a Server."""
+        got = self._state.get(name)
+        if got is None:
+            got = self._state.setdefault(name, factory())
+        return got
+
+    @property
+    def faults(self):
+        """The faults injected into this task (a :class:`~.faults.Faults`), None when none is set
+        (``cluster.delay/drop/corrupt`` set them through :func:`.faults.control`)."""
+        return self._faults
+
+    @faults.setter
+    def faults(self, value) -> None:
+        self._faults = value
 
     @property
     def lane(self) -> str | None:
@@ -560,6 +584,14 @@ def world_size() -> int:
     return s.spec.num_tasks(s.job_name) if s.spec else 1
 
 
+def _listed_address(spec, job_name, task_index):
+    """This task's address in ``spec``; None when the spec does not list it."""
+    try:
+        return spec.task_address(job_name, task_index) if spec else None
+    except ValueError:
+        return None
+
+
 class _UserError(Exception):
     """Carries an exception raised by user code, so its traceback starts at the user's function."""
 
@@ -576,18 +608,6 @@ def error_info(e: BaseException) -> dict:
         tb = e.__traceback__.tb_next if e.__traceback__ is not None and e.__traceback__.tb_next else e.__traceback__
     return {"type": type(e).__qualname__, "module": type(e).__module__, "message": str(e),
             "traceback": "".join(traceback.format_exception(type(e), e, tb))}
-
-
-def _transport(transport, key=None):
-    """The transport object for ``transport``; a ZeroMQ one keyed with the cluster ``key`` (its TCP
-    handshake uses credentials derived from it: see :mod:`.transport`)."""
-    if transport is None or transport == "zmq":
-        from .transport import ZmqTransport
-        return ZmqTransport(key)
-    if transport == "inproc":
-        from .inproc import InprocTransport
-        return InprocTransport()
-    return transport.keyed(key) if key is not None and hasattr(transport, "keyed") else transport
 
 
 # -- built-in handlers ----------------------------------------------------------------------------
@@ -690,7 +710,7 @@ def _events_handler(server, msg):
 
 @handler("stats")
 def _stats(server, msg):
-    faults = server._faults.describe() if server._faults is not None else None
+    faults = server.faults.describe() if server.faults is not None else None
     return {"task": server.name, "pid": server.pid, **server.stats, "stored": len(server.store), "faults": faults}
 
 

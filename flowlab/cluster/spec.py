@@ -57,8 +57,10 @@ def parse_task(task, default_job: str = "worker") -> tuple[str, int]:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """``("host", port)`` from ``"host:port"`` (IPv6 hosts in brackets: ``"[::1]:2222"``)."""
-    host, sep, port = str(address).rpartition(":")
+    """``("host", port)`` from ``"host:port"`` or ``"tcp://host:port"`` (IPv6 hosts in brackets:
+    ``"[::1]:2222"``)."""
+    address = str(address)
+    host, sep, port = (address[6:] if address.startswith("tcp://") else address).rpartition(":")
     if not sep or not host or not port.isdecimal() or not 0 <= int(port) < 65536:
         raise ValueError(f"task address {address!r} should read host:port, e.g. localhost:2222")
     return host.strip("[]"), int(port)

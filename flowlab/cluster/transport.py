@@ -577,8 +577,9 @@ _REFUSED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
 class ZmqTransport:
     """Listeners and connections over TCP (ZeroMQ), keyed with the cluster ``key``: every TCP
     connection then makes the handshake of :data:`AUTH` with credentials derived from it (None:
-    no handshake check, for tools that speak to no cluster)."""
-    name = "zmq"
+    no handshake check, for tools that speak to no cluster). :mod:`.schemes` serves addresses of
+    the scheme ``tcp`` with it (``host:port``, ``tcp://host:port``)."""
+    scheme, name = "tcp", "zmq"
 
     def __init__(self, key=None):
         self.key = key

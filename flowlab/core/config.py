@@ -55,7 +55,8 @@ def blas_info() -> list[dict]:
     return [lib for lib in _controller().info() if lib.get("user_api") == "blas"]
 
 
-def _apply_default() -> None:
+def apply_environment() -> None:
+    """Apply FLOWLAB_BLAS_THREADS (default 1) and warm BLAS up: ``import flowlab`` calls it once."""
     value = os.environ.get(_DEFAULT, "1")
     try:
         set_blas_threads(int(value))

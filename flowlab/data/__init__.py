@@ -14,6 +14,7 @@ and AUTOTUNE stages size themselves from those measurements.
 """
 import types as _types
 
+from ._autoshard import auto_shard
 from ._parallel import PipelineError
 from .dataset import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset, Iterator
 from .options import (AUTOTUNE, AutoShardPolicy, AutotuneOptions, DistributeOptions, OptimizationOptions, Options,
@@ -32,4 +33,5 @@ __all__ = ["Dataset", "Iterator", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_C
            "AutoShardPolicy",
            "experimental", "PipelineError", "PipelineStats", "Decision",
            "Timeline", "timeline", "plot_timeline", "RecordDataset", "RecordWriter", "DataLossError",
-           "RecordSkippedWarning", "read_records", "encode_example", "decode_example", "TFRecordDataset"]
+           "RecordSkippedWarning", "read_records", "encode_example", "decode_example", "TFRecordDataset",
+           "auto_shard"]

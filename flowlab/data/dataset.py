@@ -765,7 +765,7 @@ class _ShuffleDataset(_Stage):
         super().__init__(input_dataset, None, "same", "shuffle")
         self._buffer_size = buffer_size
         # without a seed, draw one from fl.random's generator: fl.random.set_seed makes it repeatable
-        self._seed = int(seed) if seed is not None else int(_random._rng(None).integers(2**62))
+        self._seed = int(seed) if seed is not None else int(_random.generator().integers(2**62))
         self._reshuffle = reshuffle_each_iteration
         self._epochs = itertools.count()
 

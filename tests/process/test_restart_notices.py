@@ -35,7 +35,7 @@ def _notices():
     import flowlab.cluster as cl
     from flowlab.cluster.collectives import _gone
     server = cl.current_server()
-    notes = server.__dict__.get("_flowlab_gone") or {}
+    notes = server.state(_gone.__name__)
     return {t: _gone.known(server, t) for t in notes if _gone.known(server, t)}
 
 

@@ -49,7 +49,7 @@ def _allreduce(n, alg="ring", timeout=30.0, fault=None, on=(1,), raise_errors=Fa
             raise
         out = {"ok": False, "type": type(e).__name__, "error": str(e)}
     finally:
-        hit = srv._faults.describe() if mine and srv._faults is not None else None
+        hit = srv.faults.describe() if mine and srv.faults is not None else None
         if mine:
             faults.control(srv, {"clear": True})
     out["seconds"] = time.perf_counter() - t0

@@ -190,3 +190,29 @@ def test_server_key_comes_from_the_environment(monkeypatch, tmp_path):
     assert Server(port=0, transport="inproc", start=False).key == b"\xcd" * 20
     monkeypatch.delenv("FLOWLAB_CLUSTER_KEY_FILE")
     assert len(Server(port=0, transport="inproc", start=False).key) == 32   # a fresh random key
+
+
+def test_transports_are_chosen_by_the_address_scheme():
+    from flowlab.cluster import schemes
+    from flowlab.cluster.spec import split_address
+    assert [schemes.scheme_of(a) for a in ("inproc:3", "localhost:2222", "tcp://h:1", "[::1]:5")] == \
+        ["inproc", "tcp", "tcp", "tcp"]
+    assert split_address("tcp://h:5") == ("h", 5)
+    assert (schemes.get("zmq").scheme, schemes.get("tcp", KEY).key, schemes.get("inproc").scheme) == \
+        ("tcp", KEY, "inproc")
+    with pytest.raises(ValueError, match="'udp'; known: tcp, inproc, zmq"):
+        schemes.get("udp")
+    with pytest.raises(ValueError, match="'udp'"):
+        Server(port=0, key=KEY, transport="udp", start=False)
+    # no transport named: the server listens by its address in the spec, the client connects by it
+    spec = fc.ClusterSpec({"worker": ["inproc:47001"]})
+    s = Server(spec, job_name="worker", task_index=0, key=KEY, event_log=EventLog())
+    client = Client(KEY, event_log=EventLog())
+    try:
+        assert (s.transport.scheme, s.address) == ("inproc", "inproc:47001")
+        client.add(s.name, s.address)
+        assert client.request(s.name, "ping", {"x": 2}).body["x"] == 2
+    finally:
+        client.close()
+        s.stop()
+        assert s.join(5)

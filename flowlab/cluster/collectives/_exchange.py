@@ -74,13 +74,14 @@ _states_lock = threading.Lock()
 
 
 def comm_state(comm) -> _CommState:
-    st = getattr(comm, "_flowlab_collectives", None)
+    """What the collective layer keeps for ``comm`` between calls (its documented
+    ``collective_state``, made on first use)."""
+    st = comm.collective_state
     if st is None:
         with _states_lock:
-            st = getattr(comm, "_flowlab_collectives", None)
+            st = comm.collective_state
             if st is None:
-                st = _CommState()
-                comm._flowlab_collectives = st
+                st = comm.collective_state = _CommState()
     return st
 
 
@@ -175,7 +176,7 @@ class Exchange:
         # injected faults of this task (cluster.delay/drop/corrupt): None unless set, so a send pays
         # one attribute test; they reach the shared-memory channels here (see flowlab.cluster.faults)
         server = getattr(comm, "server", None)
-        self.faults = None if server is None else getattr(server, "_faults", None)
+        self.faults = None if server is None else server.faults
         self.dropped = 0
 
     @property

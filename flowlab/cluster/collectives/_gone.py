@@ -23,6 +23,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from .. import schemes as _schemes
+
 __all__ = ["MSG_TYPE", "Teller", "note", "known", "describe"]
 
 MSG_TYPE = "task-gone"
@@ -47,9 +49,7 @@ def note(server, body: dict) -> None:
     task = body.get("task")
     if not isinstance(task, str):
         raise ValueError(f"a {MSG_TYPE} notice needs the task's name, got {task!r}")
-    notes = server.__dict__.get("_flowlab_gone")
-    if notes is None:
-        notes = server.__dict__.setdefault("_flowlab_gone", {})
+    notes = server.state(__name__)
     if "back" in body:      # withdrawn: that process was replaced (only the notice about that pid)
         got = notes.get(task)
         if got is not None and got[1].get("pid") == body["back"]:
@@ -60,7 +60,7 @@ def note(server, body: dict) -> None:
 
 def known(server, task: str) -> str | None:
     """Why ``task`` is gone, if a notice that still holds says so (see the module docstring), else None."""
-    notes = server.__dict__.get("_flowlab_gone")
+    notes = server.state(__name__)
     if not notes:
         return None
     got = notes.get(task)
@@ -78,7 +78,7 @@ class Teller:
     def __init__(self, transport, key):
         from ..protocol import Signer, new_id
 
-        self._transport = getattr(transport, "keyed", lambda k: transport)(key)   # a keyed TCP handshake
+        self._transport = _schemes.keyed(transport, key)   # a keyed TCP handshake
         self._signer = Signer(key, new_id("gone"))
         self._conns: dict = {}
         self._withdrawn: dict = {}      # (task, pid) already withdrawn, oldest first: never told after that

@@ -80,6 +80,7 @@ class Communicator:
     rank: int = 0
     size: int = 1
     formed: bool = True     # False until ``form(timeout, op, seq)`` connected the group (see above)
+    collective_state = None  # what the collective layer keeps for it between calls (_exchange.comm_state)
 
     def send(self, peer: int, header: dict, arrays: Sequence[np.ndarray]) -> None:
         raise NotImplementedError

@@ -150,7 +150,6 @@ class _Notices:
         self._signer = Signer(key, new_id("run"))
         self._key = key
         self._folder = folder
-        self._transport = None
         self._conns: dict = {}
 
     def send(self, rank: int, body: dict) -> bool:
@@ -163,10 +162,8 @@ class _Notices:
                     address = f.read().strip()
                 with open(os.path.join(self._folder, f"rank-{rank}.id")) as f:
                     server_id = f.read().strip()
-                if self._transport is None:
-                    from ..transport import ZmqTransport
-                    self._transport = ZmqTransport(self._key)    # (keyed: TCP's handshake, off the lane)
-                conn = self._conns[rank] = (self._transport.connect(address), server_id)
+                from .. import schemes       # keyed: TCP's handshake, off the lane
+                conn = self._conns[rank] = (schemes.for_address(address, self._key).connect(address), server_id)
             conn[0].send(self._signer.pack(_gone.MSG_TYPE, conn[1], body))
             return True
         except Exception:  # noqa: BLE001 - a notice is a shortcut: the rank learns it later by its own means

@@ -98,6 +98,7 @@ class ZmqCommunicator(Communicator):
         if spec is None:
             raise RuntimeError(f"{server.name} does not know its cluster yet (no ClusterSpec)")
         self.server = server
+        self._layout = self._spec = None   # what communicator() made it for (its cache's check)
         self.rank, self.size = server.task_index, spec.num_tasks(server.job_name)
         self.peer_timeout = float(peer_timeout)
         self.tasks = [task_name(server.job_name, r) for r in range(self.size)]
@@ -607,8 +608,8 @@ class ZmqCommunicator(Communicator):
             if left <= 0:
                 waited = now - start
                 if reached:
-                    why = (f"answers, but has not called a collective (every rank of the job calls the same "
-                           f"collectives, in the same order)")
+                    why = ("answers, but has not called a collective (every rank of the job calls the same "
+                           "collectives, in the same order)")
                 else:
                     why = "never answered (not started yet, dead, or unreachable)"
                 later = [p for p in range(peer + 1, self.size) if p != self.rank]

@@ -477,7 +477,7 @@ def max_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=
 
 # -- dropout ---------------------------------------------------------------------------------
 def _dropout_mask_kernel(x, rate, seed):
-    rng = _random._rng(seed)   # the global generator (fl.random.set_seed) unless seeded
+    rng = _random.generator(seed)   # the global generator (fl.random.set_seed) unless seeded
     keep = rng.random(x.shape, dtype=np.float64) >= rate
     return array_module(x).asarray(keep.astype(x.dtype) / np.asarray(1 - rate, dtype=x.dtype))
 
