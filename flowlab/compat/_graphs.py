@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import weakref
 
 from ..core import graph as _core_graph
 from ..core.interpreters import current_graph
@@ -190,11 +191,15 @@ def reset_default_graph():
     _process_default = Graph("default")
 
 
+_INFO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # core Graph -> compat's notes on it
+
+
 def graph_info(graph):
-    """compat's own notes on a graph: variable names, the get_variable store, tf.group operations."""
-    info = graph.__dict__.get("_v1_info")
+    """compat's own notes on a graph: variable names, the get_variable store, tf.group operations
+    (kept here, beside the graph, as long as the graph lives)."""
+    info = _INFO.get(graph)
     if info is None:
-        info = graph.__dict__["_v1_info"] = _GraphInfo()
+        info = _INFO[graph] = _GraphInfo()
     return info
 
 

@@ -315,7 +315,6 @@ BOLTED_ON: set = {
     ("cluster/partition.py", "getattr(variable, '_device')"),  # core's Variable and Tensor internals
     ("cluster/partition.py", "hasattr(v, '_id')"),
     ("cluster/remote.py", "h._device ="),
-    ("compat/_graphs.py", "graph.__dict__['_v1_info']"),     # v1 facts kept on core's Graph
     ("data/_autoshard.py", "getattr(dataset, '_batch')"),
     ("data/dataset.py", "stage._batch ="),
     ("distribute/keras_fit.py", "self.function._warned ="),  # on core's traced function
