@@ -123,6 +123,11 @@ def _secondary(error) -> bool:
     return getattr(error, "remote_type", None) in _SECONDARY
 
 
+def _answered(pendings, left) -> list:
+    """The requests of a call on several tasks that have answered (not in ``left``)."""
+    return [p for j, p in enumerate(pendings) if j not in left]
+
+
 def _still_there(error) -> bool:
     """Whether ``error`` says the task stopped answering but still exists (paused, unresponsive):
     the request it was sent waits there, to run once the task runs again."""
@@ -355,7 +360,7 @@ class Client:
                         left.remove(i)
                         raise self._failed(self._remote_error(self._peers.get(pendings[i].task),
                                                               msg.body.get("error") or {}),
-                                           pendings[i], [pendings[j] for j in left])
+                                           pendings[i], [pendings[j] for j in left], _answered(pendings, left))
                     out[i] = msg
                     left.remove(i)
             if not left:
@@ -364,13 +369,14 @@ class Client:
                 for i in left:
                     problem = health(pendings[i].task)
                     if problem is not None:
-                        raise self._failed(problem, pendings[i], [pendings[j] for j in left if j != i])
+                        raise self._failed(problem, pendings[i], [pendings[j] for j in left if j != i],
+                                           _answered(pendings, left))
             if deadline is not None and _monotonic() >= deadline:
                 p = pendings[left[0]]
                 peer = self._peers.get(p.task)
                 err = ClusterTimeoutError(f"{p.task} did not answer a {p.type!r} request within {timeout:g} s",
                                           p.task, peer.pid if peer else None)
-                raise self._failed(err, None, [pendings[j] for j in left])
+                raise self._failed(err, None, [pendings[j] for j in left], _answered(pendings, left))
         return out
 
     def _poll(self, pending: Pending, wait: float):
@@ -425,20 +431,25 @@ class Client:
         raise Interrupted(message, [p.task for p in outcome["cancelled"]],
                           [p.task for p in outcome["running"]]) from None
 
-    def _failed(self, error, failed, others):
+    def _failed(self, error, failed, others, answered=()):
         """``error`` (the first failure of a call on several tasks: ``failed``'s reply or health, or
         a deadline when ``failed`` is None) with the rest of the call stopped: the ``others`` that
         queue work (run, op, partition, push) are cancelled as for an interrupt, their collectives
         are brought back in step, and the error's message says what happened to each (as its
-        ``cancelled``/``still_running`` attributes do), so nothing runs on behind the error."""
+        ``cancelled``/``still_running`` attributes do), so nothing runs on behind the error.
+        ``answered``: the call's requests that already succeeded; a rank that finished may be a
+        collective ahead of the one that failed, so they are brought back in step too."""
         others = [p for p in others if p.type in _QUEUED]
+        answered = [p.task for p in answered if p.type in _QUEUED]
         silent = [failed] if failed is not None and failed.type in _QUEUED and _still_there(error) else []
         if not others:
             if silent:
                 self._stop([], silent)
+            if failed is not None and failed.type in _QUEUED and answered:
+                self._resync([failed.task, *answered], {"gone": [], "running": []}, silent)
             return self._root_cause(error, failed, None)
         outcome = self._stop(others, silent)
-        tasks = ([failed.task] if failed is not None else []) + [p.task for p in others]
+        tasks = ([failed.task] if failed is not None else []) + [p.task for p in others] + answered
         note = self._resync(tasks, outcome, silent)
         if failed is not None and _secondary(error):   # a collective that failed because a peer did:
             cause = next(iter(outcome["gone"] + [p for p in outcome["failed"] if not _secondary(p.error)]), None)
