@@ -54,3 +54,30 @@ def widget_comm(monkeypatch):
         return c
     monkeypatch.setattr(comm, "create_comm", create)
     return made
+
+
+@pytest.fixture
+def inproc_cluster(request):
+    """Two in-process servers (worker 0 and 1) that know their spec, and a client to both, keyed
+    with the test module's ``KEY``: ``(servers, client, spec)``. Stopped and joined afterwards,
+    even when the test fails."""
+    from flowlab.cluster import ClusterSpec
+    from flowlab.cluster.client import Client
+    from flowlab.cluster.events import EventLog
+    from flowlab.cluster.server import Server
+    key = request.module.KEY
+    servers = [Server(port=0, job_name="worker", task_index=i, key=key, transport="inproc", event_log=EventLog())
+               for i in range(2)]
+    spec = ClusterSpec({"worker": [s.address for s in servers]})
+    client = Client(key, transport="inproc", event_log=EventLog())
+    try:
+        for s in servers:
+            client.add(s.name, s.address)
+        client.request_all([s.name for s in servers], "spec", {"cluster": spec.as_dict()})
+        yield servers, client, spec
+    finally:
+        client.close()
+        for s in servers:
+            s.stop()
+        for s in servers:
+            assert s.join(5), f"{s.name} did not stop"

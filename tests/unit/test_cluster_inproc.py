@@ -17,21 +17,10 @@ KEY = bytes(range(100, 132))
 
 
 @pytest.fixture
-def cluster():
+def cluster(inproc_cluster):
     """Two inproc servers (worker 0 and 1) that know their spec, and a client to both."""
-    servers = [Server(port=0, job_name="worker", task_index=i, key=KEY, transport="inproc", event_log=EventLog())
-               for i in range(2)]
-    spec = fc.ClusterSpec({"worker": [s.address for s in servers]})
-    client = Client(KEY, transport="inproc", event_log=EventLog())
-    for s in servers:
-        client.add(s.name, s.address)
-    client.request_all([s.name for s in servers], "spec", {"cluster": spec.as_dict()})
-    yield servers, client
-    client.close()
-    for s in servers:
-        s.stop()
-    for s in servers:
-        assert s.join(5), f"{s.name} did not stop"
+    servers, client, _ = inproc_cluster
+    return servers, client
 
 
 def test_hello_ping_and_stats(cluster):

@@ -4,33 +4,16 @@ are checked again before every run (inproc servers, real handlers)."""
 import numpy as np
 import pytest
 
-import flowlab.cluster as fc
 import flowlab.compat.v1 as tf
 from flowlab.cluster import partition, sendrecv, task_exec
-from flowlab.cluster.client import Client
-from flowlab.cluster.events import EventLog
-from flowlab.cluster.server import Server
 
 KEY = bytes(range(90, 122))
 
 
 @pytest.fixture
-def conn():
-    servers = [Server(port=0, job_name="worker", task_index=i, key=KEY, transport="inproc", event_log=EventLog())
-               for i in range(2)]
-    spec = fc.ClusterSpec({"worker": [s.address for s in servers]})
-    client = Client(KEY, transport="inproc", event_log=EventLog())
-    for s in servers:
-        client.add(s.name, s.address)
-    client.request_all([s.name for s in servers], "spec", {"cluster": spec.as_dict()})
-    try:
-        yield partition.Connection(client, spec, "/job:worker/task:0", owned=False, monitored=False), servers
-    finally:
-        client.close()
-        for s in servers:
-            s.stop()
-        for s in servers:
-            assert s.join(5), f"{s.name} did not stop"
+def conn(inproc_cluster):
+    servers, client, spec = inproc_cluster
+    return partition.Connection(client, spec, "/job:worker/task:0", owned=False, monitored=False), servers
 
 
 def test_a_partition_is_a_compiled_graph_with_send_and_recv_nodes_kept_between_runs(conn):
