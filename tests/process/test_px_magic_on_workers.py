@@ -1,7 +1,6 @@
 """The %%px cell magic in a real IPython shell, against real worker processes."""
 import pytest
 
-import flowlab as fl
 from flowlab.cluster.magic import PxError, px
 
 pytestmark = pytest.mark.process
@@ -14,15 +13,6 @@ def shell():
     sh = InteractiveShell.instance()
     sh.run_line_magic("load_ext", "flowlab.cluster.magic")
     return sh
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = fl.cluster.LocalCluster(workers=2)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def test_px_runs_the_cell_on_every_worker_and_labels_each_rank(shell, cluster, capsys):

@@ -12,15 +12,6 @@ from flowlab.core.device import RemoteDeviceError
 pytestmark = pytest.mark.process
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    c = fl.cluster.LocalCluster(workers=2)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 def stored(cluster, task):
     return cluster.client.request(task, "stats").body["stored"]
 

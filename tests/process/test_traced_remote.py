@@ -17,15 +17,6 @@ A = RNG.standard_normal((4, 3)).astype(np.float32)
 B = RNG.standard_normal((3, 5)).astype(np.float32)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    c = fl.cluster.LocalCluster(workers=2)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 # the first two tests need no cluster open in this process: they run before the module's starts
 def ops_by_task(cluster):
     return [(e.task, e.name) for e in cluster.events() if e.kind == "op"]
