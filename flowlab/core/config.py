@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import types
 from collections import namedtuple
 
 import numpy as np
@@ -24,7 +25,7 @@ from .backends import gpu_count
 
 __all__ = ["set_blas_threads", "get_blas_threads", "blas_info", "set_logical_devices", "list_logical_devices",
            "list_physical_devices", "set_visible_devices", "get_visible_devices", "LogicalDevice", "PhysicalDevice", "set_compiled_fusion",
-           "compiled_fusion_info"]
+           "compiled_fusion_info", "experimental"]
 
 _DEFAULT = "FLOWLAB_BLAS_THREADS"
 _limiter = None
@@ -203,3 +204,18 @@ def _kind(device_type) -> str:
     if kind not in ("CPU", "GPU"):
         raise ValueError(f"device_type must be \"CPU\" or \"GPU\", not {device_type!r}")
     return kind
+
+
+def get_memory_info(device: str) -> dict:
+    """``{"current": bytes, "peak": bytes}``: GPU memory held for arrays now, and the most held at
+    once since the start or ``reset_memory_stats`` (``device``: "GPU:0"), as TensorFlow's
+    ``tf.config.experimental.get_memory_info``."""
+    return _backends.memory_info(device)
+
+
+def reset_memory_stats(device: str) -> None:
+    """Start ``device``'s peak again from what it holds now."""
+    _backends.reset_memory_stats(device)
+
+
+experimental = types.SimpleNamespace(get_memory_info=get_memory_info, reset_memory_stats=reset_memory_stats)

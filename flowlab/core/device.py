@@ -284,10 +284,14 @@ def resolve(spec, allow_remote: bool = False) -> str:
     if full.device_index >= config.logical_device_count(full.device_type):
         where = source_line()
         short = [f"/{d.device_type.lower()}:{d.name.rpartition(':')[2]}" for d in config.list_logical_devices()]
+        why = ""
+        if full.device_type == "GPU" and not config.logical_device_count("GPU"):
+            from .backends import no_gpu_reason
+            why = f" (this process has no GPU: {no_gpu_reason()}; logical GPUs run on the CPU)"
         raise InvalidArgumentError(
             f"no device {name}; this process has: {_have()}; use fl.config.set_logical_devices(\"{full.device_type}\", "
             f"{full.device_index + 1}) to make more{did_you_mean(f'/{full.device_type.lower()}:{full.device_index}', short)}"
-            + _at(where), source=where)
+            + why + _at(where), source=where)
     return name
 
 

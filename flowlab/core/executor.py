@@ -55,7 +55,7 @@ class Plan:
             var = f"v{n.index}"
             name[id(n)] = var
             if n.op is CONST and self._around is None:
-                ns[f"c{n.index}"] = n.attrs["value"]
+                ns[f"c{n.index}"] = _const_value(n)
                 name[id(n)] = f"c{n.index}"
                 continue
             if n.op is READ and self._around is None:
@@ -176,6 +176,18 @@ def _wrap(array):
     return t
 
 
+def _const_value(node):
+    """A constant's value where it was placed: copied once, when the plan is made, to a GPU that
+    a scope put it on (so that it is not copied at every run, and a returned one is on the GPU)."""
+    from .backends import to_device, visible_gpus
+    from .device import is_local, resolve
+    value = node.attrs["value"]
+    if not (node.device and visible_gpus()):
+        return value
+    where = resolve(node.device, allow_remote=True)
+    return to_device(value, where) if is_local(where) else value
+
+
 def _kernel(node):
     """The kernel for a node: where it was placed (``fl.device`` scopes while tracing, colocation)
     decides the backend. A device that does not exist, or one on another task, is an error here,
@@ -184,6 +196,9 @@ def _kernel(node):
     and an unplaced node runs where its inputs are; where none is, kernels run as they are."""
     from .backends import kernel_for_device, visible_gpus
     from .device import DEFAULT_DEVICE, resolve
+    if node.op is CONST and node.device and visible_gpus():
+        value = _const_value(node)
+        return lambda **attrs: value
     if not node.device:
         if not visible_gpus():
             return node.op.kernel

@@ -34,9 +34,9 @@ from ..cluster import trace as _trace
 
 __all__ = ["KINDS", "COLORS", "KIND_COLOURS", "rows", "messages", "plot_timeline", "Timeline"]
 
-KINDS = ("send", "recv", "reduce")
-COLORS = {"send": "tab:blue", "recv": "tab:orange", "reduce": "tab:green"}
-_LABELS = {"send": "send", "recv": "recv (waiting included)", "reduce": "reduce"}
+KINDS = ("send", "recv", "reduce", "copy")   # copy: host <-> GPU, by the copy rule (core/backends)
+COLORS = {"send": "tab:blue", "recv": "tab:orange", "reduce": "tab:green", "copy": "tab:purple"}
+_LABELS = {"send": "send", "recv": "recv (waiting included)", "reduce": "reduce", "copy": "copy host <-> GPU"}
 _UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}
 
 
@@ -120,9 +120,9 @@ def plot_timeline(events, ax=None, kinds=KINDS, seq=None, arrows: bool = True, u
 # -- the widget's record ---------------------------------------------------------------------------
 KIND_COLOURS = {"op": "#76b7b2", "collective": "#bab0ac", "send": "#4e79a7", "recv": "#f28e2b",
                 "reduce": "#59a14f", "produce": "#b07aa1", "wait": "#e15759", "step": "#edc948",
-                "fault": "#c62828", "autotune": "#2e7d32"}
+                "fault": "#c62828", "autotune": "#2e7d32", "copy": "#8e44ad"}
 _OTHER_COLOUR = "#9c755f"
-_KIND_ORDER = ("op", "step", "collective", "send", "recv", "reduce", "produce", "wait", "autotune", "fault")
+_KIND_ORDER = ("op", "step", "collective", "send", "recv", "reduce", "copy", "produce", "wait", "autotune", "fault")
 
 
 def _r(t: float) -> float:

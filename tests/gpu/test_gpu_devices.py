@@ -165,3 +165,77 @@ def test_an_error_with_a_gpu_input_names_the_op_the_device_and_the_line(cp):
         fl.matmul(a, fl.ones([2, 3]))
     msg = str(e.value)
     assert msg.startswith("matmul") and "on GPU:0" in msg and "test_gpu_devices.py" in msg
+
+
+# -- the stand-in's cases (tests/unit/test_gpu_standin_ops.py) on the real GPU ---------------------
+def _standin():
+    import sys
+    from pathlib import Path
+    unit = str(Path(__file__).resolve().parents[1] / "unit")
+    if unit not in sys.path:
+        sys.path.insert(0, unit)
+    import test_gpu_standin_ops
+    return test_gpu_standin_ops
+
+
+S = _standin()
+
+
+def _same_on_gpu(cp, name, got, want):
+    got, want = S._outputs(got), S._outputs(want)
+    assert len(got) == len(want) > 0
+    for g, w in zip(got, want):
+        if name in S.ON_THE_HOST:
+            assert type(g._value) is np.ndarray, name
+        else:
+            _on_gpu(g, cp)
+        assert g.shape == w.shape and g.dtype == w.dtype, name
+        if name not in S.RANDOM:
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("name", sorted(S.CASES))
+def test_every_op_eager_and_traced_on_the_gpu(cp, name):
+    fn, inputs = S.CASES[name]
+    want = S._cpu(fn, inputs)
+    with fl.device("/gpu:0"):
+        traced = fl.function(fn)(*S._tensors(inputs, fn))
+        eager = None if name in S.GRAPH_ONLY else fn(*S._tensors(inputs, fn))
+    _same_on_gpu(cp, name, traced, want)
+    if eager is not None:
+        _same_on_gpu(cp, name, eager, want)
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+@pytest.mark.parametrize("name", S.DIFFERENTIABLE)
+def test_every_gradient_on_the_gpu(cp, name, traced):
+    fn, inputs = S.CASES[name]
+    with fl.device("/gpu:0"):
+        got = S._gradients(fn, inputs, traced)
+    with fl.device("/cpu:0"):
+        want = S._gradients(fn, inputs, traced)
+    _same_on_gpu(cp, name, got, want)
+
+
+def test_fit_a_custom_loop_and_a_session_on_the_gpu(cp):
+    for run in (S._fit, S._custom_loop):
+        model, losses = run("/gpu:0")
+        assert all(isinstance(w._value, cp.ndarray) for w in model.trainable_variables)
+        ref, ref_losses = run("/cpu:0")
+        np.testing.assert_allclose(losses, ref_losses, rtol=1e-4)
+    losses, w = S._session_run("/gpu:0")
+    ref_losses, ref_w = S._session_run("/cpu:0")
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-4)
+
+
+def test_memory_info_and_copy_events_on_the_gpu(cp):
+    fl.config.experimental.reset_memory_stats("GPU:0")
+    base = fl.config.experimental.get_memory_info("GPU:0")
+    since = fl.core.events.now()
+    with fl.device("/gpu:0"):
+        big = fl.constant(np.ones((512, 512), np.float32)) * 2.0
+        held = fl.config.experimental.get_memory_info("GPU:0")
+    assert held["current"] - base["current"] >= 512 * 512 * 4 and held["peak"] >= held["current"]
+    big.numpy()
+    kinds = {(e.name, e.attrs["dst"]) for e in fl.core.events.default_log().events("copy", since=since)}
+    assert ("to GPU", "GPU:0") in kinds and ("to host", "CPU:0") in kinds

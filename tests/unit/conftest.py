@@ -81,3 +81,19 @@ def inproc_cluster(request):
             s.stop()
         for s in servers:
             assert s.join(5), f"{s.name} did not stop"
+
+
+@pytest.fixture
+def gpus():
+    """One simulated GPU (tests/unit/_simgpu.py, a stand-in for CuPy) in the GPU backend's place;
+    ``fl.config.set_logical_devices("GPU", n)`` makes n of it. Undone after the test."""
+    from _simgpu import SimulatedGPUs
+    from flowlab.core import backends
+    sim = SimulatedGPUs(1)
+    backends._use_gpu_backend(sim)
+    try:
+        yield sim
+    finally:
+        backends._use_gpu_backend(None)
+        fl.config.set_logical_devices("GPU", None)
+        fl.config.set_logical_devices("CPU", None)

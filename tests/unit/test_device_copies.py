@@ -2,161 +2,20 @@
 (flowlab/core/backends/__init__.py), for eager ops, graph plans, variable assigns and optimizer
 updates; reading a value into numpy copies it back.
 
-A GPU is simulated by a second device whose arrays (``DeviceArray``, below) behave as CuPy's do
-where it matters here: they refuse to be mixed with numpy arrays in one operation (``Unsupported
-type <class 'numpy.ndarray'>``) and to become numpy arrays implicitly. It stands in for CuPy, not
-for any part of flowlab: it is put in the GPU backend's place, and flowlab's own dispatch, placement
-and plans run unchanged. Every case here failed with CuPy on a real H100 before the rule existed;
+A GPU is simulated by a second device whose arrays (``DeviceArray``, tests/unit/_simgpu.py) behave
+as CuPy's do where it matters here: they refuse to be mixed with numpy arrays in one operation
+(``Unsupported type <class 'numpy.ndarray'>``) and to become numpy arrays implicitly. It stands in
+for CuPy, not for any part of flowlab: the ``gpus`` fixture (conftest.py) puts it in the GPU
+backend's place, and flowlab's own dispatch, placement and plans run unchanged. Every case here failed with CuPy on a real H100 before the rule existed;
 tests/gpu/test_gpu_devices.py runs the same cases there.
 """
 import numpy as np
 import pytest
-from numpy.lib.mixins import NDArrayOperatorsMixin
+from _simgpu import DeviceArray
 
 import flowlab as fl
 from flowlab import distribute as ds
 from flowlab.core import backends
-
-_SCALARS = (int, float, bool, complex, np.generic)
-
-
-class DeviceArray(NDArrayOperatorsMixin):
-    """An array in the memory of simulated GPU ``device``."""
-
-    __array_priority__ = 200
-
-    def __init__(self, data, device):
-        self._data, self.device = data, device
-
-    shape = property(lambda self: self._data.shape)
-    dtype = property(lambda self: self._data.dtype)
-    ndim = property(lambda self: self._data.ndim)
-    size = property(lambda self: self._data.size)
-    T = property(lambda self: DeviceArray(self._data.T, self.device))
-    flags = property(lambda self: self._data.flags)
-
-    def __array__(self, *args, **kwargs):
-        raise TypeError("Implicit conversion to a NumPy array is not allowed (simulated GPU array)")
-
-    def _unwrap(self, x):
-        if isinstance(x, DeviceArray):
-            if x.device != self.device:
-                raise ValueError(f"arrays on simulated GPUs {self.device} and {x.device} in one operation")
-            return x._data
-        if isinstance(x, (list, tuple)):
-            return type(x)(self._unwrap(v) for v in x)
-        if isinstance(x, np.ndarray):
-            raise TypeError(f"Unsupported type {type(x)}")
-        return x
-
-    def _wrap(self, x):
-        if isinstance(x, (np.ndarray, np.generic)):
-            return DeviceArray(np.asarray(x), self.device)
-        if isinstance(x, tuple):
-            return tuple(self._wrap(v) for v in x)
-        return x
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        if "out" in kwargs:
-            kwargs["out"] = self._unwrap(kwargs["out"])
-        return self._wrap(getattr(ufunc, method)(*self._unwrap(inputs), **kwargs))
-
-    def __array_function__(self, func, types, args, kwargs):
-        return self._wrap(func(*self._unwrap(args), **{k: self._unwrap(v) for k, v in kwargs.items()}))
-
-    def __getattr__(self, name):   # methods: reshape, astype, sum, copy, ...
-        if name.startswith("__"):   # never __array_interface__: no way into numpy but .get()
-            raise AttributeError(name)
-        attr = getattr(self._data, name)
-        if not callable(attr):
-            return attr
-        return lambda *a, **k: self._wrap(attr(*self._unwrap(a), **{n: self._unwrap(v) for n, v in k.items()}))
-
-    def __getitem__(self, index):
-        return self._wrap(self._data[self._unwrap(index)])
-
-    def __setitem__(self, index, value):
-        self._data[self._unwrap(index)] = self._unwrap(value)
-
-    def __float__(self):
-        return float(self._data)
-
-    def __int__(self):
-        return int(self._data)
-
-    def __bool__(self):
-        return bool(self._data)
-
-    def __len__(self):
-        return len(self._data)
-
-    def __repr__(self):
-        return f"DeviceArray({self._data!r}, device={self.device})"
-
-
-class _Module:
-    """The simulated GPU's array module (``array_module(x).zeros(...)`` in kernels)."""
-
-    def __getattr__(self, name):
-        fn = getattr(np, name)
-        if not callable(fn):
-            return fn
-
-        def call(*args, **kwargs):   # like cupy.asarray, cupy.zeros: takes host values, gives device arrays
-            device = next((a.device for a in args if isinstance(a, DeviceArray)), 0)
-            args = [a._data if isinstance(a, DeviceArray) else a for a in args]
-            return DeviceArray(np.asarray(fn(*args, **kwargs)), device)
-        return call
-
-
-class SimulatedGPUs:
-    """A GPU backend (the contract in flowlab/core/backends/__init__.py) with ``n`` devices."""
-
-    name = "simgpu"
-
-    def __init__(self, n):
-        self.n, self.xp, self.copies = n, _Module(), 0
-
-    def available(self):
-        return True
-
-    def device_count(self):
-        return self.n
-
-    def owns(self, array):
-        return array.__class__ is DeviceArray
-
-    def device_of(self, array):
-        return array.device
-
-    def put(self, array, gpu):
-        if array.__class__ is DeviceArray and array.device == gpu:
-            return array
-        self.copies += 1
-        data = array._data if array.__class__ is DeviceArray else np.asarray(array)
-        return DeviceArray(np.array(data), gpu)
-
-    def asarray(self, value, dtype=None):
-        return self.put(np.asarray(value, dtype=dtype), 0)
-
-    def to_numpy(self, array):
-        self.copies += 1
-        return array._data.copy()
-
-    def kernel(self, op):
-        return op.kernels.get("cupy", op.kernel)
-
-
-@pytest.fixture
-def gpus():
-    sim = SimulatedGPUs(1)
-    backends._use_gpu_backend(sim)
-    try:
-        yield sim
-    finally:
-        backends._use_gpu_backend(None)
-        fl.config.set_logical_devices("GPU", None)
-        fl.config.set_logical_devices("CPU", None)
 
 
 def _on_gpu(t, index=0):
@@ -352,4 +211,42 @@ def test_an_error_with_a_gpu_input_names_the_op_the_device_and_the_line(gpus):
         fl.matmul(a, fl.ones([2, 3]))
     msg = str(e.value)
     assert msg.startswith("matmul") and "float32[2,3] on GPU:0, float32[2,3]" in msg
+    assert "test_device_copies.py" in msg
+
+
+def test_memory_info_counts_what_the_gpu_holds_and_its_peak(gpus):
+    fl.config.experimental.reset_memory_stats("GPU:0")
+    base = fl.config.experimental.get_memory_info("GPU:0")
+    with fl.device("/gpu:0"):
+        big = fl.zeros([256, 256])                # 256 KiB of float32
+        held = fl.config.experimental.get_memory_info("GPU:0")
+        assert held["current"] - base["current"] >= 256 * 256 * 4
+        del big
+    after = fl.config.experimental.get_memory_info("GPU:0")
+    assert after["current"] < held["current"] and after["peak"] >= held["current"]
+    fl.config.experimental.reset_memory_stats("GPU:0")
+    assert fl.config.experimental.get_memory_info("GPU:0")["peak"] == after["current"]
+    with pytest.raises(ValueError, match="memory is counted for GPUs"):
+        fl.config.experimental.get_memory_info("CPU:0")
+
+
+def test_each_copy_between_memories_is_an_event_with_its_bytes(gpus):
+    log = fl.core.events.default_log()
+    since = fl.core.events.now()
+    x = fl.constant(np.ones((4, 8), np.float32))
+    with fl.device("/gpu:0"):
+        y = x * 2.0                               # x (128 bytes) and 2.0 (4 bytes) go to the GPU
+    y.numpy()                                     # and 128 bytes come back
+    copies = [(e.name, e.bytes, e.attrs["src"], e.attrs["dst"]) for e in log.events("copy", since=since)]
+    assert ("to GPU", 128, "CPU:0", "GPU:0") in copies and ("to host", 128, "GPU:0", "CPU:0") in copies
+    assert len(copies) == gpus.copies
+
+
+def test_without_a_gpu_a_gpu_scope_says_why_and_what_to_do(hidden_gpus):
+    with pytest.raises(fl.errors.InvalidArgumentError) as e:
+        with fl.device("/gpu:0"):
+            fl.constant(1.0) + 1.0
+    msg = str(e.value)
+    assert "has no GPU: " in msg and "logical GPUs run on the CPU" in msg
+    assert 'fl.config.set_logical_devices("GPU", 1)' in msg
     assert "test_device_copies.py" in msg

@@ -6,6 +6,13 @@
 - ``kernel(op)``: the kernel to run ``op`` with; by default ``op.kernel``, which is written with
   numpy calls that CuPy also accepts (NumPy's ``__array_function__``/``__array_ufunc__`` protocols
   send them to CuPy), unless the backend registered its own in ``op.kernels``.
+- GPU backends also: ``put(array, gpu)``: the array in GPU ``gpu``'s memory (itself if there);
+  ``memory_info(gpu)``: ``{"current": bytes held for arrays now, "peak": the most held at once}``,
+  a real peak (counted at each allocation); ``reset_memory_stats(gpu)``: the peak starts again.
+
+Every copy this module makes between memories (``put`` to a GPU, ``to_numpy`` back) is recorded
+in core's event log as a ``copy`` event with its bytes and ``attrs`` ``{"src", "dst"}`` (device
+names such as "CPU:0", "GPU:1"), so a timeline shows them; only where a GPU is visible.
 
 The copy rule (TensorFlow's): an op runs on one device, and its inputs are copied there first:
 arrays from the host or another GPU, and Python or numpy constants too. ``kernel_for_device`` is
@@ -18,10 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..events import default_log, now
 from . import numpy_backend
 
 __all__ = ["numpy_backend", "backend_for_device", "kernel_for_device", "gpu_count", "visible_gpus", "to_numpy",
-           "device_of_array", "array_module", "to_device_of", "to_device"]
+           "device_of_array", "array_module", "to_device_of", "to_device", "memory_info", "reset_memory_stats"]
 
 _gpu = None         # the GPU backend: cupy_backend, unless a test put a stand-in device in (_use_gpu_backend)
 _count = None       # how many GPUs it has (asked once)
@@ -98,6 +106,21 @@ def kernel_for_device(op, device):
     return _on_gpu(backend, kernel, visible[_gpu_index(device) % len(visible)])
 
 
+def _where(array) -> str:
+    gpu = _gpu
+    return f"GPU:{gpu.device_of(array)}" if gpu is not None and gpu.owns(array) else "CPU:0"
+
+
+def _put(put, array, gpu):
+    """``put(array, gpu)``, recorded as a copy event when it copied."""
+    start = now()
+    out = put(array, gpu)
+    if out is not array:
+        default_log().record("copy", "to GPU", start, now(), bytes=int(out.nbytes),
+                             src=_where(array), dst=f"GPU:{gpu}")
+    return out
+
+
 def _on_host(kernel):
     owns = gpu_backend().owns
 
@@ -114,7 +137,7 @@ def _on_gpu(backend, kernel, gpu):
     put = backend.put
 
     def on_gpu(*arrays, **attrs):
-        return kernel(*[put(a, gpu) for a in arrays], **attrs)
+        return kernel(*[_put(put, a, gpu) for a in arrays], **attrs)
     return on_gpu
 
 
@@ -126,7 +149,7 @@ def _follow_inputs(op):
         for a in arrays:
             if owns(a):
                 index = gpu.device_of(a)
-                return gpu.kernel(op)(*[gpu.put(b, index) for b in arrays], **attrs)
+                return gpu.kernel(op)(*[_put(gpu.put, b, index) for b in arrays], **attrs)
         return host(*arrays, **attrs)
     return follow
 
@@ -143,7 +166,11 @@ def to_numpy(array):
     if type(array) is np.ndarray or isinstance(array, np.generic):
         return array
     if _gpu is not None and _gpu.owns(array):
-        return _gpu.to_numpy(array)
+        start = now()
+        out = _gpu.to_numpy(array)
+        default_log().record("copy", "to host", start, now(), bytes=int(out.nbytes),
+                             src=_where(array), dst="CPU:0")
+        return out
     if hasattr(array, "__cuda_array_interface__"):
         return _cupy().to_numpy(array)
     return numpy_backend.to_numpy(array)
@@ -155,7 +182,7 @@ def to_device_of(like, array):
     if type(like) is np.ndarray or isinstance(like, np.generic):
         return array if type(array) is np.ndarray else to_numpy(array)
     gpu = gpu_backend()
-    return gpu.put(array, gpu.device_of(like))
+    return _put(gpu.put, array, gpu.device_of(like))
 
 
 def to_device(array, device):
@@ -164,7 +191,7 @@ def to_device(array, device):
     visible = visible_gpus()
     if backend_for_device(device) is numpy_backend:
         return to_numpy(array)
-    return gpu_backend().put(array, visible[_gpu_index(device) % len(visible)])
+    return _put(gpu_backend().put, array, visible[_gpu_index(device) % len(visible)])
 
 
 def device_of_array(array):
@@ -178,3 +205,33 @@ def device_of_array(array):
         index = visible.index(real) if real in visible else real
         return f"/job:localhost/replica:0/task:0/device:GPU:{index}"
     return None
+
+
+def _memory_gpu(device: str) -> int:
+    """The visible GPU that holds the memory of ``device`` ("GPU:1", "/gpu:1" or a full name)."""
+    visible = visible_gpus()
+    kind, _, index = str(device).upper().rpartition("/")[2].replace("DEVICE:", "").partition(":")
+    if kind != "GPU" or not index.isdigit():
+        raise ValueError(f"memory is counted for GPUs, as 'GPU:<index>'; got {device!r}")
+    if not visible:
+        raise ValueError(f"no GPU memory to count for {device!r}: this process has no GPU ({no_gpu_reason()}); "
+                         f"logical GPUs (fl.config.set_logical_devices(\"GPU\", 2)) use the host's memory")
+    return visible[int(index) % len(visible)]
+
+
+def memory_info(device: str) -> dict:
+    """``{"current": bytes, "peak": bytes}`` of a GPU's memory held for arrays (logical GPUs share
+    the memory of the GPU they run on)."""
+    return dict(gpu_backend().memory_info(_memory_gpu(device)))
+
+
+def reset_memory_stats(device: str) -> None:
+    gpu_backend().reset_memory_stats(_memory_gpu(device))
+
+
+def no_gpu_reason() -> str:
+    """Why this process has no GPU: no CuPy, no device, or all of them hidden."""
+    if gpu_count() and not visible_gpus():
+        return "all GPUs are hidden (fl.config.set_visible_devices)"
+    reason = getattr(gpu_backend(), "why_unavailable", None)
+    return reason() if reason is not None else "the GPU backend has no device"

@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 
+from ..backends import to_numpy
 from ..execute import defop, execute
 from ..tensor import Tensor
 
@@ -24,7 +25,7 @@ def _print_kernel(*values, parts, sep, end, stream, summarize):
     values = iter(values)
     edge = {"threshold": sys.maxsize} if summarize < 0 else {"threshold": 2 * summarize, "edgeitems": summarize}
     with np.printoptions(**edge):
-        text = sep.join(str(np.asarray(next(values))) if p is None else p for p in parts) + end
+        text = sep.join(str(to_numpy(next(values))) if p is None else p for p in parts) + end   # GPU: a copy
     out = _stream(stream)
     out.write(text)
     if out is not stream and out is not sys.stderr and out is not sys.stdout:

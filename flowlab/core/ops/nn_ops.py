@@ -213,7 +213,9 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
 # gradient around the per-example op (N: the number of examples, labels.size).
 def _sparse_xent_mean_kernel(labels, logits):
     loss = _sparse_xent_kernel(labels, logits)
-    return np.asarray(np.add.reduce(loss, axis=None) / max(loss.size, 1) if type(loss) is np.ndarray else loss.mean())
+    if type(loss) is not np.ndarray:
+        return loss.mean()     # a 0-d device array (CuPy refuses np.asarray)
+    return np.asarray(np.add.reduce(loss, axis=None) / max(loss.size, 1))
 
 
 def _sparse_xent_mean_rule(labels, logits):
@@ -306,9 +308,11 @@ def _windows(x, kh, kw, strides, padding, fill=0):
     if pt or pb or pl or pr:
         x = xp_.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=fill)
     s = x.strides
-    return xp_.lib.stride_tricks.as_strided(
-        x, (x.shape[0], oh, ow, kh, kw, x.shape[3]), (s[0], s[1] * strides[0], s[2] * strides[1], s[1], s[2], s[3]),
-        writeable=False)
+    shape = (x.shape[0], oh, ow, kh, kw, x.shape[3])
+    steps = (s[0], s[1] * strides[0], s[2] * strides[1], s[1], s[2], s[3])
+    if xp_ is np:   # read-only: windows overlap, a write into one would change others
+        return np.lib.stride_tricks.as_strided(x, shape, steps, writeable=False)
+    return xp_.lib.stride_tricks.as_strided(x, shape, steps)   # CuPy's has no `writeable`
 
 
 def _scatter_windows(cols, shape, strides, padding):

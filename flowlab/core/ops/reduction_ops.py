@@ -165,7 +165,7 @@ def _top_k_rule(x, k, flat):
 def _top_k_kernel(x, k, flat):
     # NOTE: a stable sort of -x: of equal values the lower index comes first, as in TensorFlow
     top = np.argsort(-x, axis=-1, kind="stable")[..., :k]
-    return top + np.arange(0, x.size, x.shape[-1]).reshape(x.shape[:-1] + (1,)) if flat else top.astype(np.int32)
+    return top + array_module(x).arange(0, x.size, x.shape[-1]).reshape(x.shape[:-1] + (1,)) if flat else top.astype(np.int32)
 
 
 _top_k_op = defop("top_k_indices", _top_k_kernel, _top_k_rule, strict=True)
