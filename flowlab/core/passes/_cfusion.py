@@ -54,16 +54,17 @@ def prelude() -> str:
     return _prelude[0]
 
 
-def compilable(steps, inputs) -> bool:
-    """Whether the group (``steps`` and the ``(shape, dtype)`` of its ``inputs``) compiles; see above."""
-    if len(steps) < MIN_OPS or not steps[-1][2]:
+def compilable(steps, inputs, min_ops=None, blocks_in_double=False) -> bool:
+    """Whether the group (``steps`` and the ``(shape, dtype)`` of its ``inputs``) compiles; see above.
+    (cuda_fusion.py asks with its own ``min_ops``, and CUDA has exp, log... in double too.)"""
+    if len(steps) < (MIN_OPS if min_ops is None else min_ops) or not steps[-1][2]:
         return False
     dtype, out_shape = steps[-1][3], steps[-1][2]
     if dtype not in (_F32, _F64) or any(d != dtype for _, d in inputs):
         return False
     for name, _, _, d in steps:
         op = get_op(name)
-        if op.c_expr is None or (op.c_block is not None and dtype != _F32):
+        if op.c_expr is None or (op.c_block is not None and dtype != _F32 and not blocks_in_double):
             return False
         if d != dtype and not (d == _BOOL and op.c_bool):
             return False
@@ -170,11 +171,11 @@ def c_function(fname, steps, inputs) -> str:
 
 
 def compile_groups(groups):
-    """For each ``(steps, inputs)`` (``inputs``: (shape, dtype) pairs), a function that wraps the
-    group's numpy kernel into its compiled one, or None (not compilable, or no library). All the
-    compilable groups of a plan go in one C file: one compiler run per plan."""
+    """For each ``(steps, inputs)`` (``inputs``: (shape, dtype) pairs; None: a group not to compile), a
+    function that wraps the group's numpy kernel into its compiled one, or None (not compilable, or no
+    library). All the compilable groups of a plan go in one C file: one compiler run per plan."""
     import ctypes
-    chosen = [k for k, (steps, inputs) in enumerate(groups) if compilable(steps, inputs)]
+    chosen = [k for k, group in enumerate(groups) if group is not None and compilable(*group)]
     if not chosen or not _ccompile.enabled():
         return [None] * len(groups)
     offset = _data_offset()

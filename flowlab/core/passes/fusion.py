@@ -9,20 +9,26 @@ flowlab's own float32 code, within 1 ULP (tanh: 2 ULP) of the correctly rounded 
 with them can differ from eager by that much per op, and errors grow along a chain as they do for
 any two implementations (``bench/graph.py``'s 100-op tanh chain: about 4e-6 absolute). The
 results are deterministic: the same bits in every run and process, whatever the disk cache held.
-The fused node's name and shape rule are the same either way; its kernel has ``compiled=True``."""
+The fused node's name and shape rule are the same either way; its kernel has ``compiled=True``.
+
+On a GPU (cuda_fusion.py) a group, placed there or unplaced, runs as one generated CUDA kernel:
+one launch per fused chain (``OpDef.kernels["cupy"]``); a group placed on a GPU is not compiled for
+the CPU, except where no GPU is visible (logical GPUs run numpy kernels)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..execute import OpDef, get_op
-from . import _cfusion
+from ..backends import visible_gpus
+from . import _cfusion, cuda_fusion
 from ._rewrite import consumers, copy_node, on_local_cpu, rewire
 
 
 def fuse_elementwise(nodes, fetches, feeds):
     """Replace each group of connected elementwise nodes (``fusable``: ops with an
-    ``OpDef.elementwise`` form, on this CPU, on one device) whose intermediate results are read
-    only inside the group, and are not fetched, by one node that computes the group's last value.
+    ``OpDef.elementwise`` form, on this process's CPU or one of its GPUs, all on one device) whose
+    intermediate results are read only inside the group, and are not fetched, by one node that
+    computes the group's last value.
     Its kernel (``elementwise_kernel``) runs the members' ufuncs in program order with ``out=``
     into a buffer it allocated in this call, so a chain of N ops allocates once instead of N times
     and skips N-1 kernel calls of the plan.
@@ -43,19 +49,36 @@ def fuse_elementwise(nodes, fetches, feeds):
                 groups.append(sorted(group, key=position.__getitem__))
     replaced, fused, dropped = {}, {}, set()
     built = [_fuse(group) for group in groups]
-    wrappers = _cfusion.compile_groups([(steps, [(t._shape, t._dtype) for t in inputs]) for steps, inputs in built])
-    for group, (steps, inputs), wrap in zip(groups, built, wrappers):
+    specs = [[(t._shape, t._dtype) for t in inputs] for _, inputs in built]
+    kinds = [_device_type(group[-1]) for group in groups]
+    wrappers = _cfusion.compile_groups([(steps, spec) if kind != "GPU" or not visible_gpus() else None
+                                        for (steps, _), spec, kind in zip(built, specs, kinds)])
+    for k, (group, (steps, inputs), spec, wrap) in enumerate(zip(groups, built, specs, wrappers)):
         root = group[-1]
-        fused[root] = elementwise_node(root, steps, inputs, compiled=wrap)
+        gpu = None if kinds[k] == "CPU" else _gpu_kernel_of(f"flowlab_fused{k}", steps, spec, group)
+        fused[root] = elementwise_node(root, steps, inputs, compiled=wrap, gpu=gpu)
         replaced[root] = fused[root].output
         dropped.update(group[:-1])
     return rewire([fused.get(n, n) for n in nodes if n not in dropped], fetches, replaced)
 
 
+def _gpu_kernel_of(fname, steps, specs, group):
+    """What turns the group's numpy kernel into the one a GPU runs, whose comments name the user's lines."""
+    sources = [m.source for m in group]
+    return lambda fallback: cuda_fusion.gpu_kernel(fname, steps, specs, fallback, sources)
+
+
 def fusable(node) -> bool:
     """Whether ``node`` may join a fused group: its op has an elementwise form (the fused ops this
-    pass makes have none) and it has no attributes, on this CPU."""
-    return node.op.elementwise is not None and not node.attrs and on_local_cpu(node)
+    pass makes have none) and it has no attributes, on this CPU or a GPU of this process."""
+    return node.op.elementwise is not None and not node.attrs and (
+        on_local_cpu(node) or (_device_type(node) == "GPU" and getattr(node.device, "job", None) in (None, "localhost")
+                               and getattr(node.device, "task", None) in (None, 0)))
+
+
+def _device_type(node):
+    """"CPU", "GPU", or None for a node no scope placed (it runs where its inputs are)."""
+    return getattr(node.device, "device_type", None) if node.device else None
 
 
 def _grow(root, users, fetched, taken, position):
@@ -103,16 +126,19 @@ def elementwise_steps(node):
     return [(node.op.name, args, node.output._shape, node.output._dtype)], inputs
 
 
-def elementwise_node(root, steps, inputs, donated=(), compiled=None):
+def elementwise_node(root, steps, inputs, donated=(), compiled=None, gpu=None):
     """A node computing ``steps`` from the tensors ``inputs``, in place of ``root`` (whose output
     it computes); None when ``donated`` is given but no step can write into a donated input, or
     ``root`` runs a compiled kernel (it keeps it: one allocation is cheap beside what it saves).
-    ``compiled``: what turns the numpy kernel into a compiled one (_cfusion.compile_groups)."""
+    ``compiled``: what turns the numpy kernel into a compiled one (_cfusion.compile_groups); ``gpu``:
+    what turns it into the kernel a GPU runs (cuda_fusion.gpu_kernel). A donating copy keeps the
+    GPU kernel of ``root`` (which may allocate: a donated buffer is a permission)."""
     if donated and getattr(root.op.kernel, "compiled", False):
         return None
     kernel, wrote = elementwise_kernel(steps, [(t._shape, t._dtype) for t in inputs], donated)
     if donated and not wrote:
         return None
+    on_gpu = gpu(kernel) if gpu is not None else root.op.kernels.get("cupy") if donated else None
     if compiled is not None:
         kernel = compiled(kernel)
     names = [s[0] for s in steps]
@@ -121,6 +147,8 @@ def elementwise_node(root, steps, inputs, donated=(), compiled=None):
     op = OpDef(name + ("[in-place]" if donated else ""), kernel, _shape_rule(steps),
                doc="Elementwise ops run as one kernel (made by flowlab.core.passes)"
                + ("; compiled to C for this CPU." if compiled is not None else "."))
+    if on_gpu is not None:
+        op.kernels["cupy"] = on_gpu
     return copy_node(root, op=op, inputs=list(inputs), attrs={}, name=root.name if len(steps) == 1 else name)
 
 
