@@ -45,6 +45,7 @@ def __getattr__(name):
             "distribute": ".distribute",  # ``fl.distribute``: strategies
             "horovod": ".horovod",        # ``flowlab.horovod``: the Horovod-style API
             "widgets": ".widgets",        # ``fl.widgets``: placement graph, collective replay, timeline
+            "gpu": ".gpu",                # ``fl.gpu``: CUDA kernels to read, compile-check, simulate and launch
             "grading": ".grading",        # ``fl.grading``: check(id, answer) in place, manifests, ``flowlab grade``
             "losses": ".nn.keras.losses"}  # ``fl.losses`` as ``tf.losses``: the same as ``fl.keras.losses``
     if name in lazy:   # imported on first use
