@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 
+from flowlab.core.backends import array_module
+
 from .. import _buffers
 from . import naive, ring, tree
 from ._exchange import Exchange, comm_state, default_timeout
@@ -41,7 +43,7 @@ def allreduce(arr, op, algorithm, comm, timeout, out=None, root=None):
         buf = out
     if n > 1:
         left = timeout if getattr(comm, "formed", True) else _formed(comm, "allreduce", timeout)
-        impl = _impl(algorithm, comm)
+        algorithm, impl = _route(algorithm, comm, arr)
         if out is None:
             src, buf = _source_and_buffer(arr)
         try:
@@ -69,7 +71,7 @@ def broadcast(arr, root, algorithm, comm, timeout):
     buf = _flat_copy(arr)
     if n > 1:
         left = timeout if getattr(comm, "formed", True) else _formed(comm, "broadcast", timeout)
-        impl = _impl(algorithm, comm)
+        algorithm, impl = _route(algorithm, comm, arr)
         try:
             with _exchange(comm, "broadcast", algorithm, arr, root=root, timeout=left) as ex:
                 impl.broadcast(ex, buf, root)
@@ -108,7 +110,7 @@ def reduce_scatter(arr, op, algorithm, comm, timeout):
     bounds = [b * row_size for b in rows]
     if n > 1:
         left = timeout if getattr(comm, "formed", True) else _formed(comm, "reduce_scatter", timeout)
-        impl = _impl(algorithm, comm)
+        algorithm, impl = _route(algorithm, comm, arr)
         src, buf = _source_and_buffer(arr)
         try:
             with _exchange(comm, "reduce_scatter", algorithm, arr, reduce=op, timeout=left) as ex:
@@ -149,11 +151,12 @@ def _allgather(arr, rows_per_rank, algorithm, comm, timeout, sig_shape, name="al
     bounds = [0]
     for k in rows_per_rank:
         bounds.append(bounds[-1] + k * row_size)
-    buf = _buffers.empty(bounds[-1], arr.dtype)
+    buf = _buffers.empty(bounds[-1], arr.dtype) if _on_host(arr) else \
+        array_module(arr).empty(bounds[-1], arr.dtype)     # a GPU array (NCCL): a GPU buffer
     buf[bounds[r]:bounds[r + 1]] = arr.reshape(-1)
     if n > 1:
         left = timeout if getattr(comm, "formed", True) else _formed(comm, name, timeout)
-        impl = _impl(algorithm, comm)
+        algorithm, impl = _route(algorithm, comm, arr)
         try:
             with _exchange(comm, name, algorithm, arr, timeout=left, shape=sig_shape) as ex:
                 impl.allgather(ex, buf, bounds)
@@ -213,6 +216,20 @@ def _formed(comm, op, timeout):
     return max(timeout - (time.monotonic() - start), 1e-3)
 
 
+def _route(algorithm, comm, arr):
+    """(the algorithm's name, its implementation) for a call on ``arr``. A GPU array reaches the
+    backend only when the group runs on NCCL (the collective ops chose it, :func:`.nccl.on_gpus`):
+    then NCCL, whatever ``algorithm`` says; host arrays take ``algorithm``."""
+    if _on_host(arr):
+        return algorithm, _impl(algorithm, comm)
+    from . import nccl
+    return nccl.NAME, nccl
+
+
+def _on_host(arr) -> bool:
+    return type(arr) is np.ndarray or isinstance(arr, np.generic)
+
+
 def _impl(algorithm, comm):
     if algorithm == "native":
         native = getattr(comm, "native", None)
@@ -256,6 +273,8 @@ def check_out(out, arr, what) -> np.ndarray:
 
 def _flat_copy(arr) -> np.ndarray:
     """A C-contiguous 1-d copy: the buffer a collective works in (the caller's array stays as it is)."""
+    if not _on_host(arr):
+        return arr.copy(order="C").reshape(-1)      # a GPU array (NCCL): copied on its GPU
     return np.array(arr, copy=True, order="C").reshape(-1)
 
 
@@ -266,10 +285,12 @@ def _source_and_buffer(arr):
     otherwise both are one private copy."""
     if arr.flags.c_contiguous:
         flat = arr.reshape(-1)            # a view of the input
+        if not _on_host(arr):            # a GPU array (NCCL): a new GPU buffer
+            return flat, array_module(arr).empty(flat.size, flat.dtype)
         if arr.nbytes < _buffers.MIN_BYTES:
             return flat, np.empty(flat.size, flat.dtype)
         return flat, _buffers.empty(flat.size, flat.dtype)    # large ones: recycled memory
-    flat = np.ascontiguousarray(arr).reshape(-1)             # a private copy
+    flat = _flat_copy(arr)                                   # a private copy
     return flat, flat
 
 

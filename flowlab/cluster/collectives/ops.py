@@ -40,7 +40,7 @@ from flowlab.core.dtypes import numpy_dtype
 from flowlab.core.errors import InvalidArgumentError, OpError
 from flowlab.core.execute import defop, execute
 
-from . import _arrays
+from . import _arrays, nccl
 from .comm import Communicator, current
 
 __all__ = ["ALLREDUCE", "BROADCAST", "ALLGATHER", "REDUCE_SCATTER", "attrs_for"]
@@ -60,29 +60,38 @@ def _comm_of(comm):
     return comm() if callable(comm) else comm
 
 
-def _run(fn, x, where, *args, **kwargs):
+def _run(fn, x, where, comm, timeout, *args, **kwargs):
+    """``fn`` (a collective of the backend) on ``x``: on the host, or on the GPU through NCCL when
+    the group runs there (:func:`.nccl.on_gpus`; every rank asks, so all decide alike)."""
     try:
-        host = x if type(x) is np.ndarray else to_numpy(x)
-        out = fn(host, *args, **kwargs)
+        if nccl.on_gpus(x, comm, timeout):
+            data = nccl.placed(x, comm)         # on this rank's NCCL GPU (usually where x is)
+        else:
+            data = x if type(x) is np.ndarray else to_numpy(x)
+        out = fn(data, *args, **kwargs)
     except Exception as e:  # noqa: BLE001 - every failure passes through execute as itself
         raise _passing(e, where) from None
-    return out if host is x else to_device_of(x, out)
+    return out if data is x else to_device_of(x, out)
 
 
 def _allreduce_kernel(x, *, op, comm, algorithm, timeout, where, root=None):
-    return _run(_arrays.allreduce, x, where, op, algorithm, _comm_of(comm), timeout, root=root)
+    comm = _comm_of(comm)
+    return _run(_arrays.allreduce, x, where, comm, timeout, op, algorithm, comm, timeout, root=root)
 
 
 def _broadcast_kernel(x, *, root, comm, algorithm, timeout, where):
-    return _run(_arrays.broadcast, x, where, root, algorithm, _comm_of(comm), timeout)
+    comm = _comm_of(comm)
+    return _run(_arrays.broadcast, x, where, comm, timeout, root, algorithm, comm, timeout)
 
 
 def _allgather_kernel(x, *, comm, algorithm, timeout, where, rows=None, mean=False):
-    return _run(_arrays.allgather, x, where, algorithm, _comm_of(comm), timeout, rows, mean)
+    comm = _comm_of(comm)
+    return _run(_arrays.allgather, x, where, comm, timeout, algorithm, comm, timeout, rows, mean)
 
 
 def _reduce_scatter_kernel(x, *, op, comm, algorithm, timeout, where):
-    return _run(_arrays.reduce_scatter, x, where, op, algorithm, _comm_of(comm), timeout)
+    comm = _comm_of(comm)
+    return _run(_arrays.reduce_scatter, x, where, comm, timeout, op, algorithm, comm, timeout)
 
 
 _PASSING: dict = {}
