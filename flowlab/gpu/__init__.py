@@ -13,5 +13,6 @@ that executes every thread, and launch on a real GPU through CuPy, with the same
 """
 from ._nvrtc import CompileReport, CudaCompileError, KernelUsage, compile_check, nvrtc_available  # noqa: F401
 from ._sim import (DivergentBarrierError, KernelArgumentError, KernelFault, KernelSourceError,  # noqa: F401
-                   KernelTimeoutError, OutOfBoundsError, Race, RaceError, SimReport, parse_kernels, simulate)
+                   KernelTimeoutError, OutOfBoundsError, Race, RaceError, SimReport, WarpSyncError,
+                   parse_kernels, simulate)
 from ._kernels import Kernel, kernels, source  # noqa: F401

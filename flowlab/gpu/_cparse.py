@@ -1,7 +1,9 @@
 """CUDA C (the subset a learner writes for CuPy's ``RawKernel``) to Python, for the simulator in
 ``_sim.py``: a ``__global__`` function becomes a generator run once per thread, whose ``yield`` is
 ``__syncthreads()``; a ``__device__`` function becomes a plain function (or a generator, when it
-reaches a ``__syncthreads()``, called with ``yield from``).
+reaches a ``__syncthreads()`` or a warp-level call, called with ``yield from``). A warp-level call
+(``__shfl_down_sync(mask, v, delta)`` & co, votes, ``__syncwarp``, ``__activemask``) becomes
+``(yield request)``, an expression whose value ``_sim``'s scheduler sends back once the warp has met.
 
 The source goes through a small preprocessor (comments, ``#define``, ``#ifdef``; CUDA keywords become
 markers pycparser accepts), then pycparser (a C99 parser), then ``_Translator``, which keeps a small
@@ -28,7 +30,8 @@ SUPPORTED = ("the simulator runs a subset of CUDA C: __global__ and __device__ f
              "(bool, char, short, int, unsigned, long long, size_t, float, double, intN_t); pointers "
              "and pointer arithmetic; __shared__ arrays (1-3 dimensions, static or extern); local arrays; "
              "if/for/while/do/break/continue/return; C operators; math functions; atomics; "
-             "__syncthreads(); printf; #define")
+             "__syncthreads(); warp shuffles and votes (__shfl*_sync, __ballot_sync, __any_sync, __all_sync, "
+             "__activemask, __syncwarp); printf; #define")
 
 
 class KernelSourceError(SyntaxError):
@@ -115,10 +118,13 @@ _UNSUPPORTED = [
     (r"::", "C++ scopes (::) are not supported"),
     (r"\b(auto|register)\b", "'auto' and 'register' are not supported"),
     (r"\b__constant__\b", "__constant__ memory is not supported: pass the values as a pointer argument"),
-    (r"\b(__shfl\w*|__ballot\w*|__any_sync|__all_sync|__activemask|__syncthreads_(count|and|or)|__syncwarp)\b",
-     "warp-level primitives are not supported"),
+    (r"\b(__shfl|__shfl_up|__shfl_down|__shfl_xor|__ballot|__any|__all)\b",
+     "the warp functions without _sync (before CUDA 9) are not supported: write __shfl_down_sync(mask, ...)"),
+    (r"\b(__syncthreads_(count|and|or)|__match_\w+|__reduce_\w+_sync)\b",
+     "this warp/block primitive is not supported (the warp shuffles, votes and __syncwarp are)"),
     (r"\b(texture|surface|tex1D\w*|tex2D\w*|__ldg)\b", "textures and __ldg are not supported"),
-    (r"\b(__half|half2?|__nv_bfloat16|float[234]|int[234]|double2)\b", "vector and half types are not supported"),
+    (r"\b(__half|half2|__nv_bfloat16|float[234]|int[234]|double2)\b|\bhalf\b(?=\s*\*?\s*[A-Za-z_])",
+     "vector and half types are not supported"),   # half as a type (half x); a variable named half is fine
     (r"\bgoto\b", "goto is not supported"),
 ]
 
@@ -350,6 +356,10 @@ _BUILTIN_IDS = {"true": ("True", BOOL), "false": ("False", BOOL), "warpSize": ("
                 "INFINITY": ("_inf", FLOAT), "NAN": ("_nan", FLOAT), "FLT_MAX": ("3.4028234663852886e+38", FLOAT),
                 "FLT_MIN": ("1.1754943508222875e-38", FLOAT), "FLT_EPSILON": ("1.1920928955078125e-07", FLOAT),
                 "INT_MAX": ("2147483647", INT), "INT_MIN": ("(-2147483648)", INT), "NULL": ("None", INT.pointer())}
+# warp-level calls: C name -> (argument counts allowed, result type or None for "the value's type")
+_WARP = {"__shfl_sync": ((3, 4), None), "__shfl_up_sync": ((3, 4), None), "__shfl_down_sync": ((3, 4), None),
+         "__shfl_xor_sync": ((3, 4), None), "__ballot_sync": ((2,), UINT), "__any_sync": ((2,), INT),
+         "__all_sync": ((2,), INT), "__syncwarp": ((0, 1), _T["void"]), "__activemask": ((0,), UINT)}
 _DIMS = {"threadIdx": "t", "blockIdx": "b", "blockDim": "bd", "gridDim": "gd"}
 _PY_OPS = {"+": "+", "-": "-", "*": "*", "<": "<", ">": ">", "<=": "<=", ">=": ">=", "==": "==", "!=": "!=",
            "&": "&", "|": "|", "^": "^", "<<": "<<", ">>": ">>"}
@@ -366,6 +376,7 @@ class _Translator:
         self.kernels, self.functions, self.typedefs = {}, {}, {}
         self.generators = set()            # device functions that reach a __syncthreads()
         self.constants = {}                # Python name of a const int -> its literal value
+        self.nsite = 0                     # warp-level call sites, numbered
 
     # -- errors and output ------------------------------------------------------------------------
     def fail(self, node, message):
@@ -418,7 +429,8 @@ class _Translator:
         while changed:
             changed = False
             for name, names in calls.items():
-                if name not in self.generators and ("__syncthreads" in names or names & self.generators):
+                if name not in self.generators and ("__syncthreads" in names or names & self.generators
+                                                    or names & _WARP.keys()):
                     self.generators.add(name)
                     changed = True
 
@@ -1026,6 +1038,8 @@ class _Translator:
             codes = [self.convert(e, t, node) if t.kind == "f" or e.t != t else e.code for e in es]
             call = f"{helper}({', '.join(codes)})"
             return _E(f"_f32({call})" if t == FLOAT else call, t, True)
+        if name in _WARP:
+            return self.warp_call(node, name, args)
         if name in _ATOMICS:
             if len(args) != (3 if name == "atomicCAS" else 2):
                 self.fail(node, f"{name} takes {3 if name == 'atomicCAS' else 2} arguments")
@@ -1059,6 +1073,36 @@ class _Translator:
                 call = f"(yield from {call})"
             return _E(call, ret, True)
         self.fail(node, f"the function '{name}' is not supported or not defined in this source")
+
+    def warp_call(self, node, name, args):
+        """A warp-level call becomes ``(yield request)``: the thread pauses until every thread of its
+        mask in its warp reaches the same call (``_sim`` runs the exchange and sends back the
+        result). The request is (call site, line, name, mask, value, lane/delta/predicate, width)."""
+        counts, result = _WARP[name]
+        if len(args) not in counts:
+            self.fail(node, f"{name} takes {' or '.join(map(str, counts))} arguments, not {len(args)}")
+        if not (self.kernel or self.fname in self.generators):
+            self.fail(node, f"internal: {name} in a plain function")
+        es = [self.expr(a) for a in args]
+        for e in es:
+            if e.t.ptr:
+                self.fail(node, f"{name} takes numbers, not pointers")
+        self.nsite += 1
+        mask = self.convert(es[0], UINT, node) if es and name != "__activemask" else "0xffffffff"
+        value, arg, width = "None", "None", "32"
+        if result is None:                          # the shuffles: the value keeps its type
+            t = es[1].t
+            if t.kind == "i" and t.bits < 32:
+                t = INT
+            value = self.convert(es[1], t, node)
+            arg = self.convert(es[2], INT, node)
+            if len(es) == 4:
+                width = self.convert(es[3], INT, node)
+            result = t
+        elif name in ("__ballot_sync", "__any_sync", "__all_sync"):
+            arg = f"({es[1].code} != 0)"
+        request = f"({self.nsite}, {node.coord.line}, {name!r}, {mask}, {value}, {arg}, {width})"
+        return _E(f"(yield {request})", result, True)
 
 
 def _wrap(code, t: CType) -> _E:

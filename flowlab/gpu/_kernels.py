@@ -95,7 +95,7 @@ class Kernel:
         (on a GPU: None). CuPy arrays are passed as they are."""
         gpu = _gpu()
         if gpu is None:
-            return self.simulate(grid, block, args, shared_mem=shared_mem)
+            return self.simulate(grid, block, self._typed(args), shared_mem=shared_mem)
         xp = cupy_backend.xp
         if len(args) != len(self.params):
             raise TypeError(f"{self.name} takes {len(self.params)} arguments "
@@ -116,6 +116,17 @@ class Kernel:
         return None
 
     __call__ = launch
+
+    def _typed(self, args):
+        """Python numbers as their parameters' C types, as the GPU path converts them (so a learner's
+        ``k(grid, block, [x, y, 2.0, n])`` runs the same in both); ``simulate`` itself takes what CuPy
+        would be given, and says so when a bare Python float would be read as the wrong bytes."""
+        from ._sim import _DTYPES
+        if len(args) != len(self.params):
+            return args     # simulate names the kernel's parameters in its error
+        return [np.dtype(_DTYPES[ctype][0]).type(value)
+                if not pointer and ctype in _DTYPES and isinstance(value, (int, float)) and not isinstance(value, bool)
+                else value for (_, ctype, pointer), value in zip(self.params, args)]
 
     def _lines(self):
         return self.source.rstrip().splitlines()   # line 1 stays line 1, as in error messages

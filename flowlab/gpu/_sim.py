@@ -10,6 +10,17 @@ of them wait at the same ``__syncthreads()`` the next phase begins. That is a le
 kernel, so a correct kernel gives the GPU's results (up to float rounding; see ``_cparse``), and a
 racy one is caught by the race detector even when this schedule happens to give the right answer.
 
+Warps: threads are lanes ``linear thread index % 32`` of warp ``linear index // 32`` (threadIdx.x
+fastest). A warp-level call (``__shfl_*_sync``, ``__ballot_sync``, ``__any_sync``, ``__all_sync``,
+``__syncwarp``, ``__activemask``) is a ``yield`` of a request: the thread waits (``_Warps``) until every
+thread its mask names has reached the same call, then all resume with their results; a named thread
+that returned or waits elsewhere is a ``WarpSyncError`` naming the lanes and the line.
+
+Coalescing (``simulate(..., transactions=True)``): the global loads/stores a warp makes at one access
+site (same line, array and direction; a thread's k-th time there) form one request; the distinct
+32-byte sectors it touches are what a GPU moves. ``report.coalescing()`` compares them with the ideal
+(32 consecutive floats: 4 sectors). ``report._repr_html_`` shows the report as tables in a notebook.
+
     >>> import numpy as np
     >>> src = '''extern "C" __global__ void scale(float* x, float a, int n) {
     ...     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -24,6 +35,7 @@ from __future__ import annotations
 
 import array
 import functools
+import html
 import itertools
 import math
 import re
@@ -35,12 +47,14 @@ import numpy as np
 from ._cparse import KernelSourceError, translate
 
 __all__ = ["simulate", "SimReport", "Race", "KernelFault", "OutOfBoundsError", "RaceError",
-           "DivergentBarrierError", "KernelTimeoutError", "KernelArgumentError", "KernelSourceError",
+           "DivergentBarrierError", "WarpSyncError", "KernelTimeoutError", "KernelArgumentError", "KernelSourceError",
            "parse_kernels", "DEFAULT_MAX_STEPS"]
 
 DEFAULT_MAX_STEPS = 1_000_000      # loop iterations per launch, all threads together (about two seconds)
 MAX_BLOCK_THREADS = 1024           # CUDA's limit per block
 MAX_SHARED_BYTES = 48 * 1024       # per block, without opting in to more (cudaFuncSetAttribute)
+WARP_SIZE = 32                     # threads that execute together (lanes 0..31, threadIdx.x fastest)
+SECTOR_BYTES = 32                  # the unit in which global memory moves between DRAM/L2 and a warp
 
 
 # -- errors ------------------------------------------------------------------------------------------
@@ -67,6 +81,12 @@ class RaceError(KernelFault):
 
 class DivergentBarrierError(KernelFault):
     """Some threads of a block wait at a ``__syncthreads()`` that others never reach."""
+
+
+class WarpSyncError(DivergentBarrierError):
+    """A warp-level call (``__shfl_down_sync`` & co, ``__syncwarp``) that not every thread named in
+    its mask reaches (one returned, or waits at another call), or that a thread calls with a mask
+    leaving itself out. ``warp`` (index in the block), ``mask``, ``lanes`` (the lanes at fault)."""
 
 
 class KernelTimeoutError(KernelFault):
@@ -110,7 +130,7 @@ class _Buffer:
     access counts and, for global and shared memory, what the race detector remembers per element:
     the last writer and the first and last readers, as (thread, phase, line)."""
     __slots__ = ("name", "space", "mem", "size", "itemsize", "dims", "ctype", "loads", "stores",
-                 "writer", "readers", "launch")
+                 "writer", "readers", "launch", "tx")
 
     def __init__(self, name, space, mem, ctype, dims, launch):
         self.name, self.space, self.mem, self.ctype, self.launch = name, space, mem, ctype, launch
@@ -119,6 +139,8 @@ class _Buffer:
         self.loads = self.stores = 0
         watch = space != "local" and launch is not None and launch.races != "off"
         self.writer, self.readers = ({}, {}) if watch else (None, None)
+        # coalescing: per direction (0 loads, 1 stores), (warp, line, occurrence) -> element indices
+        self.tx = ({}, {}) if space == "global" and launch is not None and launch.transactions else None
 
     def oob(self, k, what, line, index_nd=None):
         shown = "[" + "][".join(map(str, index_nd)) + "]" if index_nd else f"[{k}]"
@@ -196,7 +218,25 @@ def _ld(t, p, i, line):
     b.loads += 1
     if b.writer is not None:
         b.read(t, k, line)
+    if b.tx is not None:
+        _note(b, b.tx[0], t, k, line)
     return b.mem[k]
+
+
+def _note(b, groups, t, k, line):
+    """Remember global access ``b[k]`` for coalescing: the k-th time a thread runs one access site
+    (here: the line, the array and the direction) it meets the other threads of its warp there, as the
+    warp executes that instruction together."""
+    key = (b.name, line, groups is b.tx[1])
+    occ = t.occ
+    n = occ.get(key, 0)
+    occ[key] = n + 1
+    g = (t.warp, line, n)
+    elems = groups.get(g)
+    if elems is None:
+        groups[g] = {k}
+    else:
+        elems.add(k)
 
 
 def _st(t, p, i, v, line):
@@ -207,6 +247,8 @@ def _st(t, p, i, v, line):
     b.stores += 1
     if b.writer is not None:
         b.write(t, k, line)
+    if b.tx is not None:
+        _note(b, b.tx[1], t, k, line)
     try:
         b.mem[k] = v
     except (TypeError, ValueError) as e:
@@ -491,14 +533,34 @@ class SimReport:
     global_bytes: int = 0
     races: list = field(default_factory=list)
     source_lines: list = field(default_factory=list, repr=False)
+    transactions: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.races
 
+    def coalescing(self) -> str:
+        """A table of how well each global array's accesses coalesce: warp-level ``requests``, the
+        32-byte ``sectors`` they moved, sectors per request, and the ideal per request for the same
+        elements side by side (4 when 32 threads read 32 consecutive floats). More sectors than the
+        ideal means the warp's threads read far-apart addresses (a stride): memory moves bytes
+        nobody uses, and the kernel runs slower on a GPU."""
+        if not self.transactions:
+            return f"{self.kernel}: no global memory transactions counted (simulate(..., transactions=True))"
+        rows = [f"{self.kernel}: global memory per warp request (32 threads, one access site, 32-byte sectors)",
+                f"  {'array':<12} {'requests':>8} {'sectors':>8} {'per req':>8} {'ideal':>6}  verdict"]
+        for name, c in self.transactions.items():
+            if not c["requests"]:
+                continue
+            sectors = c["loads"] + c["stores"]
+            rows.append(f"  {name:<12} {c['requests']:>8} {sectors:>8} {sectors / c['requests']:>8.1f} "
+                        f"{c['ideal'] / c['requests']:>6.1f}  {_verdict(c)}")
+        return "\n".join(rows)
+
     def __str__(self):
-        rows = [f"{self.kernel}<<<{_dim_text(self.grid)}, {_dim_text(self.block)}>>>: {self.blocks} blocks, "
-                f"{self.threads} threads, {self.barriers} barrier phases, {self.global_bytes} bytes of global memory",
+        rows = [f"{self.kernel}<<<{_dim_text(self.grid)}, {_dim_text(self.block)}>>>: {_count(self.blocks, 'block')}, "
+                f"{_count(self.threads, 'thread')}, {_count(self.barriers, 'barrier phase')}, "
+                f"{self.global_bytes} bytes of global memory",
                 f"  {'array':<12} {'memory':<7} {'loads':>8} {'stores':>8}"]
         for space, loads, stores in (("global", self.global_loads, self.global_stores),
                                      ("shared", self.shared_loads, self.shared_stores)):
@@ -513,6 +575,62 @@ class SimReport:
 
     def _repr_pretty_(self, p, cycle):
         p.text(str(self))
+
+    def _repr_html_(self):
+        """The report as HTML tables for a notebook (no JavaScript): what ``str`` shows, the
+        coalescing columns when counted, and each race with both threads and both lines."""
+        esc = html.escape
+        counted = bool(self.transactions)
+        head = ["array", "memory", "loads", "stores"] + (
+            ["requests", "sectors", "sectors/request", "ideal", "verdict"] if counted else [])
+        rows = []
+        for space, loads, stores in (("global", self.global_loads, self.global_stores),
+                                     ("shared", self.shared_loads, self.shared_stores)):
+            for name in loads:
+                cells = [name, space, loads[name], stores[name]]
+                c = self.transactions.get(name) if space == "global" else None
+                if counted and c and c["requests"]:
+                    sectors = c["loads"] + c["stores"]
+                    cells += [c["requests"], sectors, f"{sectors / c['requests']:.1f}",
+                              f"{c['ideal'] / c['requests']:.1f}", _verdict(c)]
+                elif counted:
+                    cells += [""] * 5
+                rows.append(cells)
+        out = [f"<div class=\"flowlab-simreport\"><p><code>{esc(str(self).split(chr(10))[0])}</code></p>",
+               _html_table(head, rows)]
+        if not self.races:
+            out.append("<p>races: none</p>")
+        else:
+            race_rows = []
+            for r in self.races:
+                first, second = ([f"threadIdx={a[1]} blockIdx={a[0]}", f"line {a[2]}: {_line_text(self.source_lines, a[2])}"]
+                                 for a in (r.first, r.second))
+                race_rows.append([r.kind, f"{r.array}{_index_text(r.index)}"] + first + second)
+            out.append(f"<p><b>{len(self.races)} race(s)</b></p>")
+            out.append(_html_table(["race", "element", "first thread", "its line", "second thread", "its line"],
+                                   race_rows, code_columns=(3, 5)))
+        out.append("</div>")
+        return "\n".join(out)
+
+
+def _html_table(head, rows, code_columns=()):
+    """An HTML table: a header row, then one row per list of cells (``code_columns`` as <code>)."""
+    def cells(row, tag):
+        return "".join(f"<{tag}>" + (f"<code>{html.escape(str(v))}</code>" if tag == "td" and i in code_columns
+                                     else html.escape(str(v))) + f"</{tag}>" for i, v in enumerate(row))
+    return ("<table>\n<tr>" + cells(head, "th") + "</tr>\n"
+            + "".join("<tr>" + cells(row, "td") + "</tr>\n" for row in rows) + "</table>")
+
+
+def _verdict(c):
+    sectors = c["loads"] + c["stores"]
+    if sectors <= c["ideal"]:
+        return "broadcast (one element per warp)" if c["elements"] == c["requests"] else "coalesced"
+    return f"strided: {sectors / c['ideal']:.1f}x the sectors needed"
+
+
+def _count(n, what):
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
 
 
 def _dim_text(d):
@@ -536,7 +654,7 @@ def _line_text(lines, line):
 class _Thread:
     """One thread's coordinates, as the translated code reads them (``_t.tx`` is threadIdx.x)."""
     __slots__ = ("tx", "ty", "tz", "bx", "by", "bz", "bdx", "bdy", "bdz", "gdx", "gdy", "gdz",
-                 "blk", "shared", "budget")
+                 "blk", "shared", "budget", "lane", "warp", "occ")
 
     def ids(self):
         return (self.tx, self.ty, self.tz), (self.bx, self.by, self.bz)
@@ -544,6 +662,7 @@ class _Thread:
 
 class _Launch:
     """State shared by all threads of a launch: the barrier phase, the races found, the step budget."""
+    transactions = False           # count coalescing (simulate(..., transactions=True))
 
     def __init__(self, kernel, races, lines):
         self.kernel, self.races, self.lines = kernel, races, lines
@@ -645,12 +764,15 @@ def _scalar(where, ctype, arg):
 
 
 def simulate(source: str, name: str, grid, block, args, *, shared_mem: int = 0, races: str = "report",
-             max_threads: int = 65536, max_steps: int = DEFAULT_MAX_STEPS) -> SimReport:
+             max_threads: int = 65536, max_steps: int = DEFAULT_MAX_STEPS, transactions: bool = False) -> SimReport:
     """Run kernel ``name`` of CUDA C ``source`` on the CPU with every thread of ``grid`` x ``block``.
     Arrays in ``args`` are numpy arrays; the kernel writes into them in place. ``shared_mem``: bytes of
     dynamic shared memory (``extern __shared__``) per block. ``races``: "report" (in the report),
     "raise" (RaceError at the first) or "off" (faster). ``max_threads`` refuses big launches (the
     simulator is for small sizes); ``max_steps`` bounds loop iterations (KernelTimeoutError).
+    ``transactions=True`` counts the 32-byte sectors each warp's global loads and stores touch
+    (``report.transactions``, ``report.coalescing()``); it is off by default because it makes a
+    kernel that works in global memory about twice as slow to simulate.
 
     Raises OutOfBoundsError, DivergentBarrierError, KernelTimeoutError, RaceError (all KernelFault)
     while running, KernelArgumentError for a launch that does not fit, KernelSourceError for source
@@ -677,6 +799,7 @@ def simulate(source: str, name: str, grid, block, args, *, shared_mem: int = 0, 
         raise KernelArgumentError(f"{name}: {shared_bytes} bytes of shared memory per block; a launch may use "
                                   f"{MAX_SHARED_BYTES} without opting in to more")
     launch = _Launch(name, races, program.source_lines)
+    launch.transactions, tx_totals = bool(transactions), {}
     values, buffers = _bind(kernel, args, launch)
     report = SimReport(name, grid3, block3, threads=per_block * nblocks, blocks=nblocks,
                        source_lines=program.source_lines)
@@ -693,13 +816,17 @@ def simulate(source: str, name: str, grid, block, args, *, shared_mem: int = 0, 
             buf = _Buffer(d.name, "shared", _new_memory(d.ctype, size), d.ctype, dims if dims and len(dims) > 1 else None, launch)
             shared[d.name] = _Ptr(buf)
         threads = []
-        for tz, ty, tx in itertools.product(*(range(b) for b in reversed(block3))):
+        for lin, (tz, ty, tx) in enumerate(itertools.product(*(range(b) for b in reversed(block3)))):
             t = _Thread()
             t.tx, t.ty, t.tz, t.bx, t.by, t.bz = tx, ty, tz, bx, by, bz
             (t.bdx, t.bdy, t.bdz), (t.gdx, t.gdy, t.gdz) = block3, grid3
             t.blk, t.shared, t.budget = blk, shared, budget
+            t.lane, t.warp, t.occ = lin % WARP_SIZE, (blk, lin // WARP_SIZE), {}
             threads.append(t)
         _run_block(fn, threads, values, launch, report, filename, program)
+        if transactions:
+            for b in buffers:
+                _fold_transactions(b, tx_totals.setdefault(b.name, [0] * 5))
         for p in shared.values():
             b = p.buf
             loads, stores = shared_totals.setdefault(b.name, [0, 0])
@@ -711,30 +838,208 @@ def simulate(source: str, name: str, grid, block, args, *, shared_mem: int = 0, 
     for n, (loads, stores) in shared_totals.items():
         report.shared_loads[n], report.shared_stores[n] = loads, stores
     report.races = launch.found
+    for n, (loads, stores, requests, ideal, elements) in tx_totals.items():
+        report.transactions[n] = {"loads": loads, "stores": stores, "requests": requests, "ideal": ideal,
+                                  "elements": elements}
     return report
 
 
+def _fold_transactions(b, totals):
+    """After a block: add up each warp-level request of array ``b`` into ``totals`` = [load sectors,
+    store sectors, requests, ideal sectors, elements]. A request's sectors are the distinct 32-byte
+    pieces of memory its elements lie in (cudaMalloc aligns arrays to 256 bytes, so offsets from the
+    array's start give the GPU's sectors); its ideal is what the same number of distinct elements
+    would need side by side: ceil(elements * itemsize / 32)."""
+    size = b.itemsize
+    for which, groups in enumerate(b.tx):
+        for elems in groups.values():
+            totals[which] += len({k * size // SECTOR_BYTES for k in elems})
+            totals[2] += 1
+            totals[3] += -(-len(elems) * size // SECTOR_BYTES)
+            totals[4] += len(elems)
+        groups.clear()
+
+
 def _run_block(fn, threads, values, launch, report, filename, program):
-    """Run one block in barrier phases: each live thread runs until its next __syncthreads() or its end."""
-    gens = [fn(t, *values) for t in threads]
-    live = list(zip(threads, gens))
-    finished = []
-    while live:
+    """Run one block in barrier phases: each live thread runs until its next __syncthreads() or its end.
+    A thread at a warp-level call waits (in ``_Warps``) until the threads of its mask are there too;
+    then they are resumed, in this same phase, with their results."""
+    todo = [(t, fn(t, *values), None) for t in threads]
+    finished, warps = [], None
+    while todo:
         waiting = {}
-        for t, g in live:
-            try:
-                waiting.setdefault(next(g), []).append((t, g))
-            except StopIteration:
-                finished.append(t)
-            except Exception as e:            # noqa: BLE001 - every failure becomes a KernelFault naming the thread
-                raise _fault(e, t, launch, filename, program) from (None if isinstance(e, _Raise) else e)
+        while todo:
+            for t, g, v in todo:             # released warp groups are appended to todo as it runs
+                try:
+                    r = g.send(v)
+                except StopIteration:
+                    finished.append(t)
+                    if warps is not None:
+                        warps.exited[t.warp] |= 1 << t.lane
+                    continue
+                except Exception as e:            # noqa: BLE001 - every failure becomes a KernelFault naming the thread
+                    raise _fault(e, t, launch, filename, program) from (None if isinstance(e, _Raise) else e)
+                if r.__class__ is int:
+                    waiting.setdefault(r, []).append((t, g))
+                    continue
+                if warps is None:
+                    warps = _Warps(threads, finished)
+                try:
+                    todo.extend(warps.arrive(t, g, r, launch, program))
+                except _Raise as e:
+                    raise _fault(e, t, launch, filename, program) from None
+            todo = warps.release_converged() if warps is not None and warps.pending else []
+            if not todo and warps is not None and warps.pending:
+                raise warps.stuck(waiting, launch, program)
         if not waiting:
             return
         if len(waiting) > 1 or finished:
             raise _divergence(waiting, finished, launch, program)
         report.barriers += 1
         launch.phase += 1
-        live = next(iter(waiting.values()))
+        todo = [(t, g, None) for t, g in next(iter(waiting.values()))]
+
+
+class _Warps:
+    """The warp-level calls of one block in flight. A thread at such a call waits, grouped by (warp,
+    call site, mask), until every thread its mask names (that exists in a partial last warp) is there;
+    then the exchange runs and all of them resume. ``__activemask()`` waits for the warp's other live
+    threads, or, when nothing else can run, returns the lanes that did come (those that converged)."""
+
+    def __init__(self, threads, finished):
+        self.exists, self.thread, self.pending = {}, {}, {}
+        for t in threads:
+            self.exists[t.warp] = self.exists.get(t.warp, 0) | 1 << t.lane
+            self.thread[t.warp, t.lane] = t
+        self.exited = dict.fromkeys(self.exists, 0)
+        for t in finished:
+            self.exited[t.warp] |= 1 << t.lane
+
+    def arrive(self, t, g, request, launch, program):
+        """Park ``t`` at its call; return the (thread, generator, result) to resume, if its group is complete."""
+        site, line, name, mask, value, arg, width = request
+        w, bit = t.warp, 1 << t.lane
+        if name == "__activemask":
+            key, need = (w, site, None), self.exists[w] & ~self.exited[w]
+        else:
+            if not mask & bit:
+                raise self.error(launch, program, t, line, mask, [t.lane],
+                                 f"lane {t.lane} calls {name} with mask {mask:#010x}, which leaves it out: every "
+                                 f"thread that calls {name} must be named in its mask (on a GPU this is undefined "
+                                 "behaviour). Name the lanes that reach the call: 0xffffffff when the whole warp "
+                                 "does, or the mask __ballot_sync gives for the condition around it.")
+            key, need = (w, site, mask), mask & self.exists[w]
+        group = self.pending.get(key)
+        if group is None:
+            group = self.pending[key] = [0, {}]
+        group[0] |= bit
+        group[1][t.lane] = (t, g, request)
+        if group[0] & need != need:
+            return ()
+        del self.pending[key]
+        return _exchange(group[0], group[1])
+
+    def release_converged(self):
+        """Nothing can run: each waiting __activemask() returns the lanes that reached it."""
+        done = [key for key in self.pending if key[2] is None]
+        released = []
+        for key in done:
+            bits, entries = self.pending.pop(key)
+            released.extend(_exchange(bits, entries))
+        return released
+
+    def stuck(self, waiting, launch, program):
+        """The error for a warp-level call that waits for lanes that will never come."""
+        (w, site, mask), (bits, entries) = next(iter(self.pending.items()))
+        t, _, request = next(iter(entries.values()))
+        name, line = request[2], request[1]
+        missing = mask & self.exists[w] & ~bits
+        elsewhere = {}
+        for bline, group in waiting.items():
+            for u, _ in group:
+                if u.warp == w:
+                    elsewhere[u.lane] = f"wait at __syncthreads() on line {bline}"
+        for (w2, site2, mask2), (_, other) in self.pending.items():
+            for lane, (_, _, r) in other.items():
+                if w2 == w and (site2, mask2) != (site, mask):
+                    elsewhere[lane] = f"wait at {r[2]} on line {r[1]}" + (
+                        f" with another mask ({mask2:#010x})" if site2 == site and mask2 is not None else "")
+        sides = {}
+        for lane in _lanes(missing):
+            what = "already returned" if self.exited[w] >> lane & 1 else elsewhere.get(lane, "never arrive")
+            sides.setdefault(what, []).append(lane)
+        detail = [f"not all threads in the mask reached {name}: mask {mask:#010x} names lanes "
+                  f"{_lane_text(_lanes(mask & self.exists[w]))}; lanes {_lane_text(_lanes(bits))} wait there"]
+        for what, lanes in sides.items():
+            u = self.thread[w, lanes[0]]
+            detail.append(f"lane{'s' if len(lanes) > 1 else ''} {_lane_text(lanes)} {what} "
+                          f"(e.g. threadIdx={u.ids()[0]})")
+        detail.append("On a GPU this is undefined behaviour: the warp may hang or read garbage. Every thread "
+                      "named in the mask must reach the same call (no return or if around it that some lanes "
+                      "skip), or the mask must name only the lanes that do.")
+        return self.error(launch, program, t, line, mask, _lanes(missing), "\n  ".join(detail))
+
+    def error(self, launch, program, t, line, mask, lanes, detail):
+        thread, block = t.ids()
+        text = _line_text(program.source_lines, line)
+        return WarpSyncError(f"kernel '{launch.kernel}', thread threadIdx={thread} blockIdx={block} (warp {t.warp[1]}), "
+                             f"line {line}: {text}\n  {detail}", kernel=launch.kernel, thread=thread, block=block,
+                             line=line, line_text=text, warp=t.warp[1], mask=mask, lanes=list(lanes))
+
+
+def _exchange(bits, entries):
+    """The results of one complete warp-level call: ``entries`` lane -> (thread, generator, request),
+    ``bits`` the lanes taking part. Shuffles follow PTX's shfl.sync: a source lane outside the
+    thread's segment of ``width`` lanes gives the thread its own value; one that does not take part
+    gives garbage (NaN, or 0 for integers), as its value is undefined on a GPU."""
+    name = next(iter(entries.values()))[2][2]
+    if name in ("__syncwarp", "__activemask"):
+        result = None if name == "__syncwarp" else bits
+        return [(t, g, result) for t, g, _ in entries.values()]
+    if name in ("__ballot_sync", "__any_sync", "__all_sync"):
+        votes = sum(1 << lane for lane, e in entries.items() if e[2][5])
+        result = votes if name == "__ballot_sync" else int(votes != 0 if name == "__any_sync" else votes == bits)
+        return [(t, g, result) for t, g, _ in entries.values()]
+    out = []
+    for lane, (t, g, request) in entries.items():
+        width, b = request[6], request[5] & 31
+        if width not in (1, 2, 4, 8, 16, 32):
+            raise _Raise(KernelFault, f"{name}: width {width} must be a power of 2 from 1 to 32", request[1])
+        seg = WARP_SIZE - width                        # the lane bits that name the segment
+        first, last = lane & seg, (lane & seg) | (31 & ~seg)
+        if name == "__shfl_up_sync":
+            j = lane - b
+            ok = j >= first
+        elif name == "__shfl_down_sync":
+            j = lane + b
+            ok = j <= last
+        elif name == "__shfl_xor_sync":
+            j = lane ^ b
+            ok = j <= last
+        else:
+            j, ok = first | (b & ~seg), True
+        if not ok:
+            j = lane
+        src = entries.get(j)
+        own = request[4]
+        out.append((t, g, src[2][4] if src is not None else (math.nan if isinstance(own, float) else 0)))
+    return out
+
+
+def _lanes(bits):
+    return [lane for lane in range(WARP_SIZE) if bits >> lane & 1]
+
+
+def _lane_text(lanes):
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    parts, start = [], None
+    for i, lane in enumerate(lanes):
+        if start is None:
+            start = lane
+        if i + 1 == len(lanes) or lanes[i + 1] != lane + 1:
+            parts.append(str(start) if start == lane else f"{start}-{lane}")
+            start = None
+    return ", ".join(parts) or "none"
 
 
 def _fault(e, t, launch, filename, program):

@@ -192,3 +192,13 @@ def test_registered_gpu_kernels_fall_back_for_other_arrays(gpus):
     assert probs.device.endswith("GPU:0")
     np.testing.assert_allclose(probs.numpy(), softmax(z), rtol=1e-5)
     np.testing.assert_allclose(grad.numpy(), softmax(z) - np.eye(6, dtype=np.float32)[labels], rtol=1e-5, atol=1e-6)
+
+
+def test_a_kernel_call_converts_python_numbers_to_its_parameters_c_types_as_the_gpu_path_does():
+    src = ('extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {\n'
+           '    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = a * x[i] + y[i];\n}\n')
+    x, y = np.arange(5, dtype=np.float32), np.ones(5, np.float32)
+    fl.gpu.Kernel(src, "saxpy")(1, 8, [2.0, x, y, 5])
+    np.testing.assert_array_equal(y, 2 * x + 1)
+    with pytest.raises(fl.gpu.KernelArgumentError, match="np.float32"):   # simulate takes what CuPy is given
+        fl.gpu.simulate(src, "saxpy", 1, 8, [2.0, x, y, 5])

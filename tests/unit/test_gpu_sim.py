@@ -423,3 +423,57 @@ def test_out_of_bounds_in_a_2d_shared_array_names_both_indices():
     with pytest.raises(OutOfBoundsError, match=r"tile\[0\]\[4\].*tile\[4\]\[4\]") as info:
         simulate(TILE_OOB, "shift_tile", 1, (4, 4), [np.zeros(1, np.float32)])
     assert info.value.index_nd == (0, 4) and info.value.thread == (3, 0, 0) and info.value.line == 5
+
+
+STRIDED_COPY = r'''
+extern "C" __global__ void copy(const float* x, float* y, int stride, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i * stride];            // stride 1: neighbours read neighbours
+}
+'''
+SIMULATED.append(STRIDED_COPY)                  # compiled by test_every_simulated_kernel_is_real_cuda_c
+
+
+def test_transactions_count_sectors_per_warp_request_coalesced_vs_strided():
+    n = 64
+    x, y = np.arange(n * 32, dtype=np.float32), np.zeros(n, np.float32)
+    plain = simulate(STRIDED_COPY, "copy", 2, 32, [x, y, 1, n])
+    assert plain.transactions == {}                                  # opt-in: counting costs time
+    report = simulate(STRIDED_COPY, "copy", 2, 32, [x, y, 1, n], transactions=True)
+    assert report.transactions["x"] == {"loads": 8, "stores": 0, "requests": 2, "ideal": 8, "elements": 64}
+    assert report.transactions["y"]["stores"] == 8                  # 32 floats = 128 bytes = 4 sectors per warp
+    strided = simulate(STRIDED_COPY, "copy", 2, 32, [x, y, 32, n], transactions=True)
+    np.testing.assert_array_equal(y, x[::32])
+    assert strided.transactions["x"]["loads"] == 64                 # every thread its own sector
+    table = strided.coalescing()
+    assert "strided: 8.0x" in table and "32.0" in table
+    assert "coalesced" in report.coalescing() and "strided" not in report.coalescing()
+    assert str(strided) == str(simulate(STRIDED_COPY, "copy", 2, 32, [x, y, 32, n]))   # str is unchanged
+
+
+def test_naive_matmul_reads_b_coalesced_and_a_as_a_broadcast():
+    n = 32                                      # one warp = one row of 32 outputs
+    rng = np.random.default_rng(7)
+    A, B = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
+    C = np.zeros((n, n), np.float32)
+    report = simulate(NAIVE_MATMUL, "matmul_naive", grid=(1, 2), block=(32, 1), args=[A, B, C, n], transactions=True)
+    np.testing.assert_allclose(C[:2], (A @ B)[:2], rtol=1e-4, atol=1e-4)
+    a, b = report.transactions["A"], report.transactions["B"]
+    assert a["requests"] == b["requests"] == 2 * n                 # 2 warps x n steps of k
+    assert a["loads"] == a["requests"] and a["elements"] == a["requests"]   # one element, one sector
+    assert b["loads"] == 4 * b["requests"]
+    rows = {line.split()[0]: line for line in report.coalescing().split("\n")[2:]}
+    assert "broadcast" in rows["A"] and "coalesced" in rows["B"]
+
+
+def test_report_html_has_the_counts_transactions_and_both_sides_of_a_race():
+    out = np.zeros(1, np.float32)
+    report = simulate(RACY_GLOBAL, "last_wins", grid=2, block=4, args=[np.arange(8, dtype=np.float32), out],
+                      transactions=True)
+    page = report._repr_html_()
+    assert page.startswith("<div") and "<script" not in page and "&lt;&lt;&lt;2, 4&gt;&gt;&gt;" in page
+    assert "<th>sectors/request</th>" in page and "write-write" in page
+    race = report.races[0]
+    for access in (race.first, race.second):
+        assert f"threadIdx={access[1]} blockIdx={access[0]}" in page
+    assert page.count(f"line {race.second[2]}: ") == 2                 # both threads' line, with its text

@@ -9,9 +9,9 @@
 // training computes exp() once per step, as TensorFlow's fused kernel does.
 //
 // Each row is reduced twice (its max, then its sum of exps) by the same two-phase pattern as
-// reduce.cu: strided loads into registers, then a tree in shared memory. The block size must be a
-// power of two, at most BLOCK. softmax_xent_forward is softmax_rows plus the loss: both are
-// written out in full so that each reads on its own, top to bottom.
+// reduce.cu: strided loads into registers, then a tree in shared memory. Both reductions are
+// __device__ functions that every thread of the block calls (they contain __syncthreads, so all
+// threads must reach them). The block size must be a power of two, at most BLOCK.
 //
 // A label outside [0, cols) gives a NaN loss and NaN gradients for its row (as TensorFlow does on
 // a GPU) rather than a read outside the row: a kernel cannot raise an exception.
@@ -21,18 +21,10 @@
 #define BLOCK 256
 #define LOWEST (-3.402823466e38f)       // the most negative float: the identity of max()
 
-extern "C" __global__
-void softmax_rows(const float* logits, float* probs, int rows, int cols)
+// The largest z[j] of the row, in every thread: strided loads, then a tree in shared memory.
+__device__ float row_max(const float* z, int cols, float* scratch)
 {
-    __shared__ float scratch[BLOCK];
-    int row = blockIdx.x;
-    if (row >= rows) {
-        return;
-    }
     int tid = threadIdx.x;
-    const float* z = logits + row * cols;   // this block's row
-
-    // the row's max m: strided loads, then a tree in shared memory
     float m = LOWEST;
     for (int j = tid; j < cols; j += blockDim.x) {
         m = fmaxf(m, z[j]);
@@ -47,8 +39,13 @@ void softmax_rows(const float* logits, float* probs, int rows, int cols)
     }
     m = scratch[0];
     __syncthreads();                   // everyone has read scratch[0] before it is overwritten
+    return m;
+}
 
-    // the row's sum of exp(z - m), the same way
+// The sum of exp(z[j] - m) over the row, in every thread, the same way.
+__device__ float row_sum_exp(const float* z, int cols, float m, float* scratch)
+{
+    int tid = threadIdx.x;
     float total = 0.0f;
     for (int j = tid; j < cols; j += blockDim.x) {
         total += expf(z[j] - m);
@@ -62,8 +59,22 @@ void softmax_rows(const float* logits, float* probs, int rows, int cols)
         __syncthreads();
     }
     total = scratch[0];
+    __syncthreads();
+    return total;
+}
 
-    for (int j = tid; j < cols; j += blockDim.x) {
+extern "C" __global__
+void softmax_rows(const float* logits, float* probs, int rows, int cols)
+{
+    __shared__ float scratch[BLOCK];
+    int row = blockIdx.x;
+    if (row >= rows) {
+        return;
+    }
+    const float* z = logits + row * cols;   // this block's row
+    float m = row_max(z, cols, scratch);
+    float total = row_sum_exp(z, cols, m, scratch);
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
         probs[row * cols + j] = expf(z[j] - m) / total;
     }
 }
@@ -77,46 +88,15 @@ void softmax_xent_forward(const float* logits, const int* labels, float* probs, 
     if (row >= rows) {
         return;
     }
-    int tid = threadIdx.x;
     const float* z = logits + row * cols;   // this block's row
-
-    // the row's max m: strided loads, then a tree in shared memory
-    float m = LOWEST;
-    for (int j = tid; j < cols; j += blockDim.x) {
-        m = fmaxf(m, z[j]);
-    }
-    scratch[tid] = m;
-    __syncthreads();
-    for (int active = blockDim.x / 2; active > 0; active /= 2) {
-        if (tid < active) {
-            scratch[tid] = fmaxf(scratch[tid], scratch[tid + active]);
-        }
-        __syncthreads();
-    }
-    m = scratch[0];
-    __syncthreads();                   // everyone has read scratch[0] before it is overwritten
-
-    // the row's sum of exp(z - m), the same way
-    float total = 0.0f;
-    for (int j = tid; j < cols; j += blockDim.x) {
-        total += expf(z[j] - m);
-    }
-    scratch[tid] = total;
-    __syncthreads();
-    for (int active = blockDim.x / 2; active > 0; active /= 2) {
-        if (tid < active) {
-            scratch[tid] += scratch[tid + active];
-        }
-        __syncthreads();
-    }
-    total = scratch[0];
-
-    for (int j = tid; j < cols; j += blockDim.x) {
+    float m = row_max(z, cols, scratch);
+    float total = row_sum_exp(z, cols, m, scratch);
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
         probs[row * cols + j] = expf(z[j] - m) / total;
     }
 
     // the loss, by one thread: log(total) + m - z[label] = -log(probs[label])
-    if (tid == 0) {
+    if (threadIdx.x == 0) {
         int label = labels[row];
         if (label >= 0 && label < cols) {
             loss[row] = logf(total) + m - z[label];
