@@ -193,6 +193,7 @@ def get_visible_devices(device_type: str | None = None) -> list:
 def _devices_changed() -> None:
     global _version
     _version += 1
+    _backends.forget_placed()
 
 
 def devices_version() -> int:

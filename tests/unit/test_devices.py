@@ -308,6 +308,8 @@ def test_with_a_real_gpu_logical_gpus_run_on_it_and_data_moves(monkeypatch):
     monkeypatch.setattr(backends, "_gpu", fake)        # the GPU backend, with one device, all visible
     monkeypatch.setattr(backends, "_count", 1)
     monkeypatch.setattr(backends, "_visible", None)
+    monkeypatch.setattr(backends, "_every", None)          # the visible GPUs, worked out again
+    monkeypatch.setattr(backends, "_placed", {})           # kernels placed on devices: none yet
     fl.config.set_logical_devices("GPU", None)
     assert [d.name for d in fl.config.list_logical_devices("GPU")] == [GPU0]     # one per real GPU
     assert backends.backend_for_device(GPU0) is fake and backends.backend_for_device(CPU0) is backends.numpy_backend

@@ -34,6 +34,7 @@ __all__ = ["numpy_backend", "backend_for_device", "kernel_for_device", "gpu_coun
 _gpu = None         # the GPU backend: cupy_backend, unless a test put a stand-in device in (_use_gpu_backend)
 _count = None       # how many GPUs it has (asked once)
 _visible = None     # the real GPUs this process uses (fl.config.set_visible_devices); None: all of them
+_every = None       # all of them, as visible_gpus gives them
 
 
 def _cupy():
@@ -51,8 +52,8 @@ def gpu_backend():
 def _use_gpu_backend(backend) -> None:
     """Put ``backend`` in the GPU's place (None: CuPy again). For tests that check the copy rule
     without a GPU, with an array type that, like CuPy's, refuses to be mixed with numpy's."""
-    global _gpu, _count, _visible
-    _gpu, _count, _visible = backend, None, None
+    global _gpu, _count, _visible, _every
+    _gpu, _count, _visible, _every = backend, None, None, None
     from .. import config
     config._devices_changed()
 
@@ -70,7 +71,12 @@ def gpu_count() -> int:
 
 def visible_gpus() -> tuple:
     """The real GPUs this process may use, by index (all of them unless set_visible_devices hid some)."""
-    return tuple(range(gpu_count())) if _visible is None else _visible
+    global _every
+    if _visible is not None:
+        return _visible
+    if _every is None:   # asked on every op: the tuple is made once
+        _every = tuple(range(gpu_count()))
+    return _every
 
 
 def array_module(array):
@@ -97,6 +103,24 @@ def kernel_for_device(op, device):
     visible = visible_gpus()
     if not visible:
         return numpy_backend.kernel(op)
+    key = (op, device)
+    kernel = _placed.get(key)
+    if kernel is None:   # built once per op and device (an eager op on a GPU pays a dict lookup)
+        if len(_placed) > 4096:
+            _placed.clear()
+        kernel = _placed[key] = _placed_kernel(op, device, visible)
+    return kernel
+
+
+_placed = {}   # (op, device) -> its kernel there; emptied when the devices change (forget_placed)
+
+
+def forget_placed() -> None:
+    """Drop the kernels built for devices: the GPU backend or the visible GPUs changed (config)."""
+    _placed.clear()
+
+
+def _placed_kernel(op, device, visible):
     if device is None:
         return _follow_inputs(op)
     backend = backend_for_device(device)
