@@ -42,7 +42,8 @@ def data(n: int) -> np.ndarray:
 def _expected(n, grid, _args):
     x = np.zeros(grid * THREADS, np.float64)
     x[:n] = data(n)
-    return {"races": "none",
+    return {"compiles for a real GPU (NVRTC)": _COMPILES if _nvrtc() else _NOT_CHECKED,
+            "races": "none",
             "a tree in shared memory": "holds",
             "global loads of x": n,
             "global stores to partial": grid,
@@ -97,6 +98,31 @@ def _race_text(race, lines):
     return f"{race.kind} race on {race.array}[{race.index}]: {said(t1, l1)} and {said(t2, l2)}, between the same barriers"
 
 
+_COMPILES = "yes"
+_NOT_CHECKED = "not checked here (no NVRTC: pip install nvidia-cuda-nvrtc)"
+
+
+def _nvrtc():
+    from flowlab.gpu import nvrtc_available
+    return nvrtc_available()
+
+
+@functools.lru_cache(maxsize=8)
+def _compiles(source):
+    """What NVRTC, NVIDIA's compiler, says of the source: the simulator reads a C subset, and a
+    kernel must also build for a real GPU (CuPy finds it by its extern "C" name)."""
+    from flowlab.gpu import CudaCompileError, compile_check
+    if not _nvrtc():
+        return _NOT_CHECKED
+    try:
+        report = compile_check(source, "block_sum.cu")
+    except CudaCompileError as e:
+        return f"no: {e.log.strip()}"
+    if "block_sum" not in report.kernels:
+        return 'no: no kernel named block_sum in the compiled code (declare it extern "C" __global__ void block_sum)'
+    return _COMPILES
+
+
 def run(answer, case):
     kernel = _kernel(answer)
     n, grid = case.kwargs["n"], case.kwargs["grid"]
@@ -106,7 +132,8 @@ def run(answer, case):
     report = kernel.simulate((grid,), (THREADS,), [x, partial, n])
     x_name, partial_name, _ = (p[0] for p in kernel.params)
     # the causes first: a failed case names the first entry that differs, and a race explains wrong sums
-    return {"races": "; ".join(_race_text(r, report.source_lines) for r in report.races) or "none",
+    return {"compiles for a real GPU (NVRTC)": _compiles(answer),
+            "races": "; ".join(_race_text(r, report.source_lines) for r in report.races) or "none",
             "a tree in shared memory": _tree(report, grid),
             "global loads of x": report.global_loads[x_name],
             "global stores to partial": report.global_stores[partial_name],

@@ -108,3 +108,12 @@ def test_not_a_string_or_the_wrong_signature_says_so():
     assert "must be a string of CUDA C" in why
     wrong = kernel().replace("int n)", "float n)")
     assert "must take (const float* x, float* partial, int n)" in dict(failures(ID, wrong))["n = 1"]
+
+
+def test_a_kernel_that_only_the_simulator_takes_fails_on_compiling_for_a_real_gpu():
+    if not fl.gpu.nvrtc_available():
+        import pytest
+        pytest.skip("NVRTC (nvidia-cuda-nvrtc) is not installed")
+    failed = dict(failures(ID, kernel().replace('extern "C" __global__', "__global__")))   # CuPy finds no 'block_sum'
+    why = failed["n = 1024: four full blocks"]
+    assert why.startswith("at ['compiles for a real GPU (NVRTC)']: expected 'yes', got 'no: no kernel named block_sum"), why
