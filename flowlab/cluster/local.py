@@ -209,9 +209,11 @@ class ScheduledFault:
 def _read_dump(path, timeout) -> "str | None":
     """The stack dump a worker writes to ``path`` from its signal handler: once something is
     there, wait until it has stopped growing for QUIET seconds (the handler writes it in one go,
-    thread after thread); None if nothing came within ``timeout`` seconds."""
+    thread after thread) and holds the main thread's block (a worker just resumed, on a loaded
+    machine, can pause longer than QUIET between two threads); None if nothing came within
+    ``timeout`` seconds (at the deadline, whatever came)."""
     deadline = time.monotonic() + timeout
-    size, still = 0, None
+    size, still, text = 0, None, None
     while True:
         try:
             now_size = os.path.getsize(path)
@@ -222,29 +224,36 @@ def _read_dump(path, timeout) -> "str | None":
             if still is None:
                 still = t
             elif t - still >= _QUIET:
-                break
+                text = _read_text(path)
+                if _MAIN_MARK in text:
+                    return text
+                still = t              # quiet, but the main thread's block is still to come
         else:
             size, still = now_size, None
         if t >= deadline:
-            if not size:
-                return None
-            break
+            return _read_text(path) if size else None
         time.sleep(0.01)
+
+
+def _read_text(path) -> str:
     with open(path, "rb") as f:
         return f.read().decode("utf-8", "replace")
+
+
+_MAIN_MARK = "in serve_exec"   # a line of the main thread's stack: it runs the tasks' requests
 
 
 def _main_first(dump: str) -> str:
     """faulthandler's dump with the main thread's block first (the one that runs the user's code:
     its stack goes down to ``serve_exec``), named so; the others after it, as they came."""
     blocks = [b for b in dump.strip("\n").split("\n\n") if b.strip()]
-    main = next((b for b in blocks if "in serve_exec" in b), None)
+    main = next((b for b in blocks if _MAIN_MARK in b), None)
     if main is None:
         return dump.rstrip() + "\n"
     head, sep, rest = main.partition("\n")
     ident = next((w for w in head.split() if w.startswith("0x")), "")
     main = f"Main thread {ident} (runs your code):{sep}{rest}"
-    return "\n\n".join([main] + [b for b in blocks if "in serve_exec" not in b]) + "\n"
+    return "\n\n".join([main] + [b for b in blocks if _MAIN_MARK not in b]) + "\n"
 
 
 _QUIET = 0.05     # seconds a stack dump must stay the same size to count as complete
