@@ -3,16 +3,9 @@ import numpy as np
 import pytest
 
 import flowlab as fl
-from flowlab.core.backends import cupy_backend
 
 pytestmark = pytest.mark.gpu
 
-
-@pytest.fixture
-def cp():
-    if not cupy_backend.available():
-        pytest.skip(cupy_backend.why_unavailable())
-    return cupy_backend.xp
 
 
 def test_ops_on_gpu_match_numpy(cp):

@@ -5,17 +5,10 @@ import numpy as np
 import pytest
 
 import flowlab as fl
-from flowlab.core.backends import cupy_backend
 from flowlab.core.passes import cuda_fusion
 
 pytestmark = pytest.mark.gpu
 
-
-@pytest.fixture
-def cp():
-    if not cupy_backend.available():
-        pytest.skip(cupy_backend.why_unavailable())
-    return cupy_backend.xp
 
 
 def _fifty_ops(x, c):

@@ -8,18 +8,9 @@ import pytest
 
 import flowlab as fl
 from flowlab import distribute as ds
-from flowlab.core.backends import cupy_backend
 
 pytestmark = pytest.mark.gpu
 
-
-@pytest.fixture
-def cp():
-    if not cupy_backend.available():
-        pytest.skip(cupy_backend.why_unavailable())
-    yield cupy_backend.xp
-    fl.config.set_logical_devices("GPU", None)
-    fl.config.set_logical_devices("CPU", None)
 
 
 def _on_gpu(t, cp, index=0):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import flowlab as fl
-from flowlab.core.backends import cuda_kernels, cupy_backend
+from flowlab.core.backends import cuda_kernels
 from flowlab.core.execute import get_op
 from flowlab.core.ops import nn_ops
 from flowlab.gpu import _kernels as gk
@@ -16,12 +16,6 @@ from flowlab.gpu import _kernels as gk
 pytestmark = pytest.mark.gpu
 rng = np.random.default_rng(18)
 
-
-@pytest.fixture
-def cp():
-    if not cupy_backend.available():
-        pytest.skip(cupy_backend.why_unavailable())
-    return cupy_backend.xp
 
 
 def f32(*shape):
