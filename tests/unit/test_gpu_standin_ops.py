@@ -323,13 +323,19 @@ def _fit(device):
     return model, history.history["loss"]
 
 
-def test_fit_under_a_gpu_scope_keeps_the_weights_on_the_gpu(gpus):
-    model, losses = _fit(GPU)
+def _trains_on_the_gpu_as_on_the_cpu(train):
+    """``train(device)`` -> (model, losses): on the GPU the weights stay in its memory, and the losses
+    and weights are the CPU's."""
+    model, losses = train(GPU)
     assert all(isinstance(w._value, DeviceArray) for w in model.trainable_variables)
-    ref, ref_losses = _fit("/cpu:0")
+    ref, ref_losses = train("/cpu:0")
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-6)
     for a, b in zip(model.get_weights(), ref.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_fit_under_a_gpu_scope_keeps_the_weights_on_the_gpu(gpus):
+    _trains_on_the_gpu_as_on_the_cpu(_fit)
 
 
 def _custom_loop(device):
@@ -352,12 +358,7 @@ def _custom_loop(device):
 
 
 def test_a_custom_loop_with_a_tape_on_the_gpu(gpus):
-    model, losses = _custom_loop(GPU)
-    assert all(isinstance(w._value, DeviceArray) for w in model.trainable_variables)
-    ref, ref_losses = _custom_loop("/cpu:0")
-    np.testing.assert_allclose(losses, ref_losses, rtol=1e-6)
-    for a, b in zip(model.get_weights(), ref.get_weights()):
-        np.testing.assert_allclose(a, b, rtol=1e-6)
+    _trains_on_the_gpu_as_on_the_cpu(_custom_loop)
 
 
 def test_mirrored_over_two_logical_gpus_with_momentum_and_cross_entropy(gpus):
